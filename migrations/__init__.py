@@ -1,0 +1,1 @@
+"""Alembic migrations of the skillstate schema (installed as skillstate.migrations)."""

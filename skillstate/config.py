@@ -1,0 +1,264 @@
+"""The run configuration: one pydantic model holding every knob.
+
+A config loads from YAML or TOML, takes `key=value` overrides with dotted
+keys (`target.model=gpt-4o-mini`), and is stored in the log at run start with
+secrets removed. Keys the spec names keep the spec's names and defaults.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from skillstate.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+Backend = Literal["sim", "openai"]
+Scheduler = Literal["constant", "linear", "cosine"]
+GateMetric = Literal["hard", "soft", "mixed"]
+
+SIM_MODELS = {"target": "sim-target", "optimizer": "sim-optimizer"}
+
+
+class ModelConfig(BaseModel):
+    """How one role (target or optimizer) reaches its model."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    model: str | None = Field(None, description="Model name; the sim backend defaults to sim-target / sim-optimizer.")
+    base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
+    azure: bool = Field(False, description="Use Azure OpenAI (base_url is the Azure endpoint).")
+    api_version: str | None = Field(None, description="Azure API version.")
+    temperature: float | None = Field(0.0, ge=0.0, le=2.0, description="Sampling temperature; null leaves it to the server.")
+    max_tokens: int = Field(1024, ge=1, description="Completion token limit per call.")
+    max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = Field(
+        "max_tokens", description="Request field for the token limit (newer OpenAI models want max_completion_tokens).")
+    timeout: float = Field(120.0, gt=0, description="Seconds per request before it is retried.")
+    max_retries: int = Field(4, ge=0, description="Retries on 408/409/429/5xx and connection errors (Retry-After honoured).")
+
+
+class TargetModelConfig(ModelConfig):
+    max_tokens: int = Field(512, ge=1, description="Completion token limit per call.")
+
+
+class OptimizerModelConfig(ModelConfig):
+    max_tokens: int = Field(4096, ge=1, description="Completion token limit per call.")
+
+
+class SkillConfig(BaseModel):
+    """Every knob of a SkillOpt run. Field names are the config keys."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # where things come from
+    env: Literal["qa"] = Field("qa", description="The environment kind.")
+    backend: Backend = Field("sim", description="LLM backend for both roles: sim (offline simulation) or openai (any OpenAI-compatible endpoint).")
+    data: str | None = Field(None, description="Dataset directory with train/val/test .jsonl; with backend sim and no data, the bundled simulated world.")
+    initial_skill: str | None = Field(None, description="Markdown file with the starting skill; default: the environment's.")
+    optimizer: OptimizerModelConfig = Field(default_factory=OptimizerModelConfig)
+    target: TargetModelConfig = Field(default_factory=TargetModelConfig)
+
+    # training schedule
+    num_epochs: int = Field(4, ge=1)
+    batch_size: int = Field(40, ge=1)
+    minibatch_size: int = Field(8, ge=1)
+    merge_batch_size: int = Field(8, ge=2)
+
+    # edit budget (textual learning rate)
+    edit_budget: int = Field(4, ge=1, description="Maximum edits kept per step.")
+    min_edit_budget: int = Field(2, ge=1, description="The scheduler never goes below this.")
+    lr_scheduler: Scheduler = Field("cosine")
+
+    # gate
+    gate_metric: GateMetric = Field("hard")
+    gate_mixed_weight: float = Field(0.5, ge=0.0, le=1.0, description="w in (1-w)*hard + w*soft for gate_metric mixed.")
+
+    # the rest
+    failure_only: bool = Field(False, description="Ignore successes in Reflect.")
+    seed: int = 42
+    train_split: str = "train"
+    val_split: str = Field("val", description="The selection split the gate scores on.")
+    test_split: str = "test"
+    eval_test: bool = Field(True, description="Score the initial and best skill on the test split at the end.")
+    concurrency: int = Field(8, ge=1, description="LLM calls in flight at once.")
+    prompts: dict[str, str] = Field(default_factory=dict, description="Prompt overrides: name -> markdown file or inline text.")
+    llm_cache: Literal["all", "lineage"] = Field("all", description="Serve identical LLM requests from any run in the database (all) or only from this run and its fork ancestors (lineage).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SkillConfig":
+        if self.min_edit_budget > self.edit_budget:
+            raise ValueError(f"min_edit_budget ({self.min_edit_budget}) is larger than edit_budget ({self.edit_budget})")
+        splits = [self.train_split, self.val_split, self.test_split]
+        if len(set(splits)) != 3:
+            raise ValueError(f"train, val and test splits must differ, got {splits}")
+        return self
+
+    def model_for(self, role: str) -> str:
+        cfg: ModelConfig = getattr(self, role)
+        if cfg.model:
+            return cfg.model
+        if self.backend == "sim":
+            return SIM_MODELS[role]
+        raise ConfigError(f"backend openai needs a model for the {role}: pass --model, --{role}-model or --set {role}.model=NAME")
+
+
+# Keys that change how a run reaches its models but not what it computes:
+# they may differ when a run is resumed.
+RUNTIME_KEYS = {
+    "concurrency",
+    "optimizer.base_url", "optimizer.api_key_env", "optimizer.timeout", "optimizer.max_retries",
+    "optimizer.azure", "optimizer.api_version",
+    "target.base_url", "target.api_key_env", "target.timeout", "target.max_retries",
+    "target.azure", "target.api_version",
+}
+
+
+def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        path = f"{prefix}{key}"
+        if isinstance(item, dict) and key != "prompts":
+            out.update(_flatten(item, path + "."))
+        else:
+            out[path] = item
+    return out
+
+
+def config_keys() -> list[str]:
+    return sorted(_flatten(SkillConfig().model_dump()))
+
+
+def _describe(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "config"
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        return _unknown_key(loc)
+    return f"invalid config value for {loc}: {msg}"
+
+
+def _unknown_key(key: str) -> str:
+    close = difflib.get_close_matches(key, config_keys(), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown config key '{key}'{hint}"
+
+
+def validate_config(data: dict[str, Any]) -> SkillConfig:
+    try:
+        return SkillConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_describe(err)) from None
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML or TOML file into a plain dict (not yet validated)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror or err}") from None
+    try:
+        if path.suffix.lower() == ".toml":
+            data = tomllib.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except (yaml.YAMLError, tomllib.TOMLDecodeError) as err:
+        first_line = str(err).strip().splitlines()[0]
+        raise ConfigError(f"config file {path} is not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {first_line}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of keys to values")
+    return data
+
+
+_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """`key=value` with a YAML-typed value: `epochs=2`, `failure_only=true`."""
+    if "=" not in text:
+        raise ConfigError(f"--set takes key=value, got {text!r}")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not _KEY_RE.match(key):
+        raise ConfigError(f"--set: bad key {key!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set `a.b.c` in a nested dict; `prompts.NAME` sets one prompt override."""
+    parts = key.split(".")
+    if parts[0] == "prompts" and len(parts) == 2:
+        data.setdefault("prompts", {})[parts[1]] = value
+        return
+    known = set(config_keys())
+    if key not in known and not (key == "prompts" and isinstance(value, dict)):
+        raise ConfigError(_unknown_key(key))
+    node = data
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+def merge_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Apply flat dotted overrides to a nested config dict (a new dict)."""
+    import copy
+
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        set_dotted(out, key, value)
+    return out
+
+
+def build_config(file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> SkillConfig:
+    """File first, then overrides; everything validated."""
+    data = load_config_file(file) if file else {}
+    flat_file = _flatten(data)
+    unknown = [k for k in flat_file if k not in set(config_keys()) and not k.startswith("prompts")]
+    if unknown:
+        raise ConfigError(_unknown_key(unknown[0]))
+    return validate_config(merge_overrides(data, overrides or {}))
+
+
+_URL_CRED_RE = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+_SECRET_RE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|Bearer\s+[A-Za-z0-9_\-.=]{8,})")
+
+
+def redact(text: str) -> str:
+    """Mask credentials in URLs and API-key-looking tokens."""
+    text = _URL_CRED_RE.sub(lambda m: m.group("scheme") + "***@", text)
+    return _SECRET_RE.sub("***", text)
+
+
+def public_config(cfg: SkillConfig) -> dict[str, Any]:
+    """The config as stored in the log: plain JSON data, secrets masked."""
+    data = cfg.model_dump(mode="json")
+    for role in ("optimizer", "target"):
+        if data[role].get("base_url"):
+            data[role]["base_url"] = redact(data[role]["base_url"])
+    return data
+
+
+def semantic_view(data: dict[str, Any]) -> dict[str, Any]:
+    """The flattened config without runtime-only keys, for resume checks."""
+    return {k: v for k, v in _flatten(data).items() if k not in RUNTIME_KEYS}

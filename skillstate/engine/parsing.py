@@ -1,0 +1,72 @@
+"""Parsing the optimizer's JSON replies. A reply that does not parse is
+recorded as such; it never aborts a step."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+
+class EditIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    op: str
+    target: str = ""
+    content: str = ""
+
+    @field_validator("target", "content", mode="before")
+    @classmethod
+    def _none_to_empty(cls, v: Any) -> Any:
+        return "" if v is None else v
+
+
+class AnalystReply(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    reasoning: str = ""
+    failure_summary: list[str] = []
+    edits: list[EditIn]
+
+
+class MergeReply(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    edits: list[EditIn]
+
+
+class RankReply(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    selected_indices: list[int]
+
+
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+
+
+def extract_json(text: str) -> Any:
+    """The first JSON object in a reply, also inside a ``` fence."""
+    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    decoder = json.JSONDecoder()
+    for candidate in candidates:
+        for start in (i for i, ch in enumerate(candidate) if ch == "{"):
+            try:
+                value, _ = decoder.raw_decode(candidate, start)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                return value
+    return None
+
+
+def parse_reply(text: str, model: type[BaseModel]):
+    """The reply as `model`, or None when it is not JSON of that shape."""
+    data = extract_json(text)
+    if data is None:
+        return None
+    try:
+        return model.model_validate(data)
+    except ValidationError:
+        return None

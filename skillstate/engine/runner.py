@@ -1,0 +1,319 @@
+"""Driving a run: pick the next stage from the folded state, run it, append
+its events, fold them, repeat. Also creating, loading and forking runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from skillstate import __version__
+from skillstate.config import RUNTIME_KEYS, SkillConfig, merge_overrides, public_config, validate_config
+from skillstate.engine import stages
+from skillstate.engine.context import ProgressCallback, RunContext, RunLog, StoreLog
+from skillstate.envs import QAEnv, load_dataset_dir
+from skillstate.envs.base import SkillEnv
+from skillstate.errors import ConfigError, DataError, NotFoundError, UserError
+from skillstate.events import Event, GateDecided, BaselineEvaluated, RunForked, RunStarted
+from skillstate.llm.base import FatalLLMError, LLMClient
+from skillstate.llm.recording import RecordingClient
+from skillstate.prompts import resolve_prompts
+from skillstate.reducer import RunState, fold, reduce
+from skillstate.scheduler import steps_per_epoch
+from skillstate.store import GENESIS, StoredEvent, Store
+from skillstate.util import canonical_json, hash_value, sha256_text
+
+Stage = Callable[[RunContext, RunState], list[Event]]
+
+STAGES: dict[str, Stage] = {
+    "baseline": stages.baseline,
+    "start_step": stages.start_step,
+    "rollout": stages.rollout,
+    "reflect": stages.reflect,
+    "aggregate": stages.aggregate,
+    "select": stages.select,
+    "update": stages.update,
+    "evaluate": stages.evaluate_candidate,
+    "gate": stages.decide,
+    "test_baseline": stages.test_eval("baseline"),
+    "test_best": stages.test_eval("best"),
+    "complete": stages.complete,
+}
+
+
+def next_stage(ctx: RunContext, state: RunState) -> str | None:
+    """The stage that comes next after `state`, or None when the run is done."""
+    if state.baseline is None:
+        return "baseline"
+    p = state.progress
+    if p is None:
+        if state.last_completed_step < state.total_steps:
+            return "start_step"
+        if ctx.config.eval_test and "baseline" not in state.tests:
+            return "test_baseline"
+        if ctx.config.eval_test and "best" not in state.tests:
+            return "test_best"
+        return None if state.completed else "complete"
+    if p.rollout is None:
+        return "rollout"
+    if stages.pending_minibatches(ctx, state):
+        return "reflect"
+    if p.merged is None:
+        return "aggregate"
+    if not p.merged.edits:
+        return "gate"
+    if p.selected is None:
+        return "select"
+    if p.candidate is None:
+        return "update"
+    if p.evaluation is None:
+        return "evaluate"
+    return "gate"
+
+
+def drive(ctx: RunContext, state: RunState, stop: Callable[[RunState], bool] | None = None) -> RunState:
+    """Run stages until the run is complete (or `stop(state)` says so)."""
+    while (name := next_stage(ctx, state)) is not None:
+        if stop is not None and stop(state):
+            break
+        ctx.report("stage", name, state)
+        events = STAGES[name](ctx, state)
+        stored = ctx.log.append(events, ctx.take_blobs())
+        for i, event in enumerate(events):
+            state = reduce(state, event)
+            ctx.report("event", name, state, event, stored[i] if i < len(stored) else None)
+    return state
+
+
+# --- loading -----------------------------------------------------------------
+
+
+def new_run_id(prefix: str = "run") -> str:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{prefix}-{stamp}-{secrets.token_hex(2)}"
+
+
+def lineage_events(store: Store, run_id: str) -> list[StoredEvent]:
+    """The events that make up a run: its fork parent's prefix, then its own."""
+    own = store.read_events(run_id)
+    run = store.get_run(run_id)
+    if run is None or run.parent_run_id is None or not own:
+        return own
+    first = own[0].event
+    if not isinstance(first, RunForked):
+        raise UserError(f"run {run_id!r} has a parent but does not start with RunForked")
+    return lineage_events(store, run.parent_run_id)[: first.parent_event_count] + own
+
+
+def lineage_run_ids(store: Store, run_id: str) -> list[str]:
+    ids = []
+    current: str | None = run_id
+    while current is not None:
+        ids.append(current)
+        row = store.get_run(current)
+        current = row.parent_run_id if row else None
+    return ids
+
+
+def step_boundary(stored: list[StoredEvent], step: int) -> int:
+    """Number of events up to the end of `step` (0 = the baseline)."""
+    for i, s in enumerate(stored):
+        if step == 0 and s.type == BaselineEvaluated.type:
+            return i + 1
+        if step > 0 and s.type == GateDecided.type and json.loads(s.payload)["step"] == step:
+            return i + 1
+    last = max((json.loads(s.payload)["step"] for s in stored if s.type == GateDecided.type), default=None)
+    if last is None and not any(s.type == BaselineEvaluated.type for s in stored):
+        raise NotFoundError(f"step {step} is beyond the end of the run (no baseline yet)")
+    raise NotFoundError(f"step {step} is beyond the end of the run (last completed step: {last or 0})")
+
+
+def state_of(stored: list[StoredEvent]) -> RunState:
+    return fold(s.event for s in stored)
+
+
+def config_of(state: RunState) -> SkillConfig:
+    return validate_config(dict(state.config))
+
+
+def env_of(store: Store, state: RunState) -> SkillEnv:
+    splits = {name: json.loads(store.get_blob(info["hash"])) for name, info in state.dataset.items()}
+    return QAEnv(splits)
+
+
+def make_backend(config: SkillConfig, env: SkillEnv, role: str) -> LLMClient:
+    if config.backend == "sim":
+        from skillstate.sim.backend import SimBackend
+        from skillstate.sim.world import SimWorld
+
+        return SimBackend(SimWorld([item for items in env.splits.values() for item in items]))
+    from skillstate.llm.openai_backend import OpenAIBackend
+
+    return OpenAIBackend(getattr(config, role), role)
+
+
+BackendFactory = Callable[[SkillConfig, SkillEnv, str], LLMClient]
+
+
+def build_context(store: Store, run_id: str, state: RunState, config: SkillConfig, log: RunLog, *,
+                  on_progress: ProgressCallback | None = None, verify: bool = False,
+                  backend_factory: BackendFactory | None = None) -> RunContext:
+    env = env_of(store, state)
+    prompts = {name: store.get_blob(h) for name, h in state.prompts.items()}
+    scope = None if config.llm_cache == "all" else lineage_run_ids(store, run_id)
+    factory = backend_factory or make_backend
+    clients = {}
+    for role in ("target", "optimizer"):
+        config.model_for(role)  # a missing model is a user error before anything runs
+        backend = None if verify else factory(config, env, role)
+        clients[role] = RecordingClient(backend, store, run_id=run_id, role=role, run_ids=scope)
+    return RunContext(store=store, run_id=run_id, config=config, env=env, prompts=prompts, clients=clients,
+                      log=log, on_progress=on_progress)
+
+
+# --- creating runs -------------------------------------------------------------
+
+
+def _dataset(config: SkillConfig) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
+    """The splits and the default skill of the run's environment."""
+    wanted = [config.train_split, config.val_split, config.test_split]
+    if config.data:
+        return load_dataset_dir(config.data, wanted), None
+    if config.backend != "sim":
+        raise DataError("backend openai needs a dataset: pass --data DIR (with train/val/test .jsonl)")
+    from skillstate.sim.world import bundled_skill, bundled_splits
+
+    generated = bundled_splits()
+    return {name: generated[default] for name, default in zip(wanted, ("train", "val", "test"))}, bundled_skill()
+
+
+def _initial_skill(config: SkillConfig, default: str | None) -> str:
+    if config.initial_skill:
+        from pathlib import Path
+
+        try:
+            return Path(config.initial_skill).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"cannot read initial skill {config.initial_skill}: "
+                              f"{getattr(err, 'strerror', None) or err}") from None
+    return default if default is not None else QAEnv({}).default_skill()
+
+
+def create_run(store: Store, config: SkillConfig, run_id: str | None = None) -> str:
+    """Validate everything, then write the run row and RunStarted atomically."""
+    run_id = run_id or new_run_id()
+    if store.get_run(run_id) is not None:
+        raise UserError(f"run {run_id!r} already exists")
+    for role in ("target", "optimizer"):
+        config.model_for(role)
+    splits, default_skill = _dataset(config)
+    skill = _initial_skill(config, default_skill)
+    prompts = resolve_prompts(config.prompts)
+    blobs: dict[str, str] = {}
+
+    def put(text: str) -> str:
+        h = sha256_text(text)
+        blobs[h] = text
+        return h
+
+    dataset = {name: {"hash": put(canonical_json(items)), "count": len(items)} for name, items in splits.items()}
+    spe = steps_per_epoch(len(splits[config.train_split]), config.batch_size)
+    event = RunStarted(
+        config=public_config(config), initial_skill=put(skill), dataset=dataset,
+        dataset_fingerprint=hash_value({k: v["hash"] for k, v in dataset.items()}),
+        prompts={name: put(text) for name, text in prompts.items()},
+        steps_per_epoch=spe, total_steps=spe * config.num_epochs, package_version=__version__,
+    )
+    store.append(run_id, [event], last_seq=0, last_hash=GENESIS, blobs_to_put=blobs, new_run={})
+    return run_id
+
+
+# Keys a fork may not change: they define what the inherited state means.
+FIXED_ON_FORK = ("env", "data", "train_split", "val_split", "test_split", "initial_skill")
+
+
+def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, Any],
+             run_id: str | None = None) -> str:
+    """A new run inheriting the parent's state after `step`, with overrides."""
+    parent = lineage_events(store, parent_run_id)
+    count = step_boundary(parent, step)
+    state = state_of(parent[:count])
+    for key in overrides:
+        if key.split(".")[0] in FIXED_ON_FORK:
+            raise ConfigError(f"a fork cannot change {key}: it inherits the parent's data and starting skill")
+    config = validate_config(merge_overrides(dict(state.config), overrides))
+    prompts = dict(state.prompts)
+    blobs: dict[str, str] = {}
+    if config.prompts != dict(state.config.get("prompts", {})):
+        for name, text in resolve_prompts(config.prompts).items():
+            h = sha256_text(text)
+            if name in config.prompts:
+                prompts[name], blobs[h] = h, text
+    spe = steps_per_epoch(state.dataset[config.train_split]["count"], config.batch_size)
+    total = spe * config.num_epochs
+    if total < step:
+        raise ConfigError(f"the fork's schedule has {total} steps, fewer than the fork step {step}")
+    run_id = run_id or new_run_id("fork")
+    if store.get_run(run_id) is not None:
+        raise UserError(f"run {run_id!r} already exists")
+    event = RunForked(parent_run_id=parent_run_id, fork_step=step, parent_event_count=count,
+                      parent_event_hash=parent[count - 1].hash, overrides=overrides,
+                      config=public_config(config), prompts=prompts, steps_per_epoch=spe, total_steps=total)
+    store.append(run_id, [event], last_seq=0, last_hash=parent[count - 1].hash, blobs_to_put=blobs,
+                 new_run={"parent_run_id": parent_run_id, "fork_step": step})
+    return run_id
+
+
+@dataclass
+class LoadedRun:
+    run_id: str
+    lineage: list[StoredEvent]
+    own: list[StoredEvent]
+    state: RunState
+
+    @property
+    def log_position(self) -> tuple[int, str]:
+        last = self.own[-1] if self.own else None
+        return (last.seq, last.hash) if last else (0, GENESIS)
+
+
+def load_run(store: Store, run_id: str | None) -> LoadedRun:
+    row = store.require_run(run_id)
+    lineage = lineage_events(store, row.run_id)
+    own = [s for s in lineage if s.run_id == row.run_id]
+    return LoadedRun(row.run_id, lineage, own, state_of(lineage))
+
+
+def with_runtime(stored: SkillConfig, runtime: SkillConfig) -> SkillConfig:
+    """The stored config with the runtime-only keys (endpoint, retries,
+    concurrency) taken from `runtime`: they may change on resume."""
+    data = stored.model_dump()
+    fresh = runtime.model_dump()
+    for key in RUNTIME_KEYS:
+        if "." in key:
+            role, name = key.split(".")
+            data[role][name] = fresh[role][name]
+        else:
+            data[key] = fresh[key]
+    return validate_config(data)
+
+
+def continue_run(store: Store, run_id: str, *, runtime: SkillConfig | None = None,
+                 on_progress: ProgressCallback | None = None, backend_factory: BackendFactory | None = None,
+                 stop: Callable[[RunState], bool] | None = None) -> RunState:
+    """Run (or resume) `run_id` until it completes."""
+    loaded = load_run(store, run_id)
+    config = config_of(loaded.state)
+    if runtime is not None:
+        config = with_runtime(config, runtime)
+    seq, last_hash = loaded.log_position
+    ctx = build_context(store, run_id, loaded.state, config, StoreLog(store, run_id, seq, last_hash),
+                        on_progress=on_progress, backend_factory=backend_factory)
+    try:
+        return drive(ctx, loaded.state, stop)
+    except FatalLLMError as err:
+        raise UserError(str(err)) from None
+    finally:
+        ctx.close()

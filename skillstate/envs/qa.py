@@ -1,0 +1,165 @@
+"""Question answering: one question, one reply, scored against `answers`.
+
+Hard score: 1 if a normalised answer equals the normalised prediction or
+appears in it as a whole-word substring; soft score: best token F1.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from skillstate.envs.base import Complete, RolloutOutcome, SkillEnv
+from skillstate.errors import DataError
+from skillstate.prompts import render
+
+DEFAULT_SKILL = """# Question answering
+
+Answer the user's question accurately and concisely.
+"""
+
+
+class QAItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    question: str
+    answers: list[str]
+    context: str | None = None
+    task_type: str = ""
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id_str(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int) else v
+
+    @field_validator("answers")
+    @classmethod
+    def _non_empty(cls, v: list[str]) -> list[str]:
+        if not v or not any(a.strip() for a in v):
+            raise ValueError("answers must hold at least one non-empty answer")
+        return v
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def normalize(text: str) -> str:
+    text = text.lower().translate(_PUNCT)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def token_f1(prediction: str, answer: str) -> float:
+    pred, gold = normalize(prediction).split(), normalize(answer).split()
+    if not pred or not gold:
+        return float(pred == gold)
+    common = sum((Counter(pred) & Counter(gold)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def score_answer(prediction: str, answers: list[str]) -> tuple[float, float, str]:
+    """(hard, soft, fail_reason) of a prediction."""
+    pred = normalize(prediction)
+    golds = [normalize(a) for a in answers if normalize(a)]
+    soft = max((token_f1(prediction, a) for a in answers), default=0.0)
+    if not pred:
+        return 0.0, soft, "empty_answer"
+    padded = f" {pred} "
+    if any(pred == g or f" {g} " in padded for g in golds):
+        return 1.0, max(soft, 1.0 if pred in golds else soft), ""
+    return 0.0, soft, f"wrong_answer: expected {answers[0]!r}, got {prediction.strip()[:200]!r}"
+
+
+def _read_items(path: Path) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
+    stripped = text.lstrip()
+    try:
+        if stripped.startswith("["):
+            raw = json.loads(text)
+            lines = list(enumerate(raw, 1))
+        else:
+            lines = [(n, json.loads(line)) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    except json.JSONDecodeError as err:
+        where = f"line {err.lineno}" if stripped.startswith("[") else "a line"
+        raise DataError(f"{path}: not valid JSON ({where}: {err.msg})") from None
+    items, seen = [], set()
+    for n, obj in lines:
+        if not isinstance(obj, dict):
+            raise DataError(f"{path}: item {n} is not a JSON object")
+        try:
+            item = QAItem.model_validate(obj)
+        except ValidationError as err:
+            first = err.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or "item"
+            raise DataError(f"{path}: item {n}: {field}: {first['msg']}") from None
+        if item.id in seen:
+            raise DataError(f"{path}: duplicate id {item.id!r}")
+        seen.add(item.id)
+        items.append(item.model_dump(exclude_none=True))
+    if not items:
+        raise DataError(f"{path}: no items")
+    return items
+
+
+def load_dataset_dir(path: str | Path, splits: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Read DIR/<split>.jsonl (or .json) for each split."""
+    base = Path(path)
+    if not base.is_dir():
+        raise DataError(f"data directory {base} does not exist")
+    out: dict[str, list[dict[str, Any]]] = {}
+    for split in splits:
+        for suffix in (".jsonl", ".json"):
+            file = base / f"{split}{suffix}"
+            if file.exists():
+                out[split] = _read_items(file)
+                break
+        else:
+            raise DataError(f"{base}: missing {split}.jsonl")
+    ids = Counter(item["id"] for items in out.values() for item in items)
+    dup = next((i for i, c in ids.items() if c > 1), None)
+    if dup is not None:
+        raise DataError(f"{base}: id {dup!r} appears in more than one split")
+    return out
+
+
+class QAEnv(SkillEnv):
+    kind = "qa"
+
+    def __init__(self, splits: dict[str, list[dict[str, Any]]], default_skill: str = DEFAULT_SKILL):
+        super().__init__(splits)
+        self._default_skill = default_skill
+
+    def default_skill(self) -> str:
+        return self._default_skill
+
+    def user_message(self, item: dict[str, Any], prompts: dict[str, str]) -> str:
+        context = item.get("context")
+        block = f"Context:\n{context}\n" if context else ""
+        return render(prompts["qa_user"], question=item["question"], context_block=block).strip() + "\n"
+
+    def rollout(self, skill: str, item: dict[str, Any], complete: Complete, prompts: dict[str, str]) -> RolloutOutcome:
+        messages = [{"role": "system", "content": skill}, {"role": "user", "content": self.user_message(item, prompts)}]
+        result = complete(messages)
+        task_type = item.get("task_type", "")
+        if not result.ok:
+            return RolloutOutcome(0.0, 0.0, f"rollout_error: {result.error}", "", messages, task_type, result)
+        hard, soft, reason = score_answer(result.text, item["answers"])
+        convo = messages + [{"role": "assistant", "content": result.text}]
+        return RolloutOutcome(hard, soft, reason, result.text, convo, task_type, result)
+
+    def describe_item(self, item: dict[str, Any]) -> dict[str, Any]:
+        return {"id": item["id"], "task_type": item.get("task_type", ""), "expected": item["answers"]}

@@ -1,0 +1,42 @@
+"""Exceptions raised by skillstate.
+
+`UserError` and its subclasses describe a problem with what the user asked
+for (a bad config value, an unknown run, a malformed data file). The CLI turns
+them into one line on stderr and exit code 2. Anything else is a bug.
+"""
+
+
+class SkillstateError(Exception):
+    """Base class of every error skillstate raises on purpose."""
+
+
+class UserError(SkillstateError):
+    """Bad input: config, arguments, data files, missing credentials."""
+
+
+class ConfigError(UserError):
+    """A config key or value is invalid."""
+
+
+class DataError(UserError):
+    """A data file is missing, unreadable or malformed."""
+
+
+class NotFoundError(UserError):
+    """An unknown run, or a step beyond the end of a run."""
+
+
+class ConcurrencyError(SkillstateError):
+    """Another writer appended to the same run first."""
+
+
+class LLMCallError(SkillstateError):
+    """An LLM request failed after all retries."""
+
+
+class ReplayMissError(SkillstateError):
+    """Verification needed an LLM response that the log does not hold."""
+
+
+class BudgetExceeded(SkillstateError):
+    """Raised internally when a run must stop at the next event boundary."""

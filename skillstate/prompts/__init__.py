@@ -1,0 +1,46 @@
+"""Loading and rendering the prompt templates.
+
+The templates are markdown files in `skillstate/prompts/` with `$name`
+placeholders. A run may override any of them (config key `prompts`, a file
+path or inline text); the texts a run uses are stored in its log, so resume,
+fork and verify never depend on the installed files.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from string import Template
+
+from skillstate.errors import ConfigError
+
+PROMPT_NAMES = ("qa_user", "optimizer_system", "failure_analyst", "success_analyst", "merge", "merge_final", "rank")
+
+
+def builtin(name: str) -> str:
+    return resources.files("skillstate.prompts").joinpath(f"{name}.md").read_text(encoding="utf-8")
+
+
+def resolve_prompts(overrides: dict[str, str]) -> dict[str, str]:
+    """Every prompt's text for a run: the built-in one unless overridden."""
+    unknown = sorted(set(overrides) - set(PROMPT_NAMES))
+    if unknown:
+        raise ConfigError(f"unknown prompt {unknown[0]!r} (prompts are: {', '.join(PROMPT_NAMES)})")
+    texts = {name: builtin(name) for name in PROMPT_NAMES}
+    for name, value in overrides.items():
+        texts[name] = _read_override(name, value)
+    return texts
+
+
+def _read_override(name: str, value: str) -> str:
+    if "\n" not in value and value.strip().endswith((".md", ".txt")):
+        path = Path(value.strip()).expanduser()
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError as err:
+            raise ConfigError(f"prompt {name}: cannot read {path}: {err.strerror or err}") from None
+    return value
+
+
+def render(template: str, **values: object) -> str:
+    return Template(template).safe_substitute({k: str(v) for k, v in values.items()})

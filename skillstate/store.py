@@ -1,0 +1,350 @@
+"""The SQL event store: runs, events, blobs and LLM calls.
+
+SQLAlchemy 2 Core tables; the schema itself is created and upgraded only by
+the Alembic migrations in `skillstate.migrations`. SQLite is opened in WAL
+mode with a busy timeout; PostgreSQL works through any SQLAlchemy URL.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from sqlalchemy import (
+    Boolean, Column, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, MetaData, String, Table,
+    Text, UniqueConstraint, create_engine, event, func, insert, select,
+)
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
+
+from skillstate.errors import ConcurrencyError, NotFoundError, UserError
+from skillstate.events import Event, decode, encode
+from skillstate.util import canonical_json, sha256_text
+
+DEFAULT_DB = "sqlite:///skillstate.db"
+GENESIS = "0" * 64
+
+metadata = MetaData()
+
+runs = Table(
+    "runs", metadata,
+    Column("run_id", String(128), primary_key=True),
+    Column("parent_run_id", String(128), ForeignKey("runs.run_id"), nullable=True),
+    Column("fork_step", Integer, nullable=True),
+    Column("kind", String(32), nullable=False, server_default="train"),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+events = Table(
+    "events", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(128), ForeignKey("runs.run_id"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("type", String(64), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("prev_hash", String(64), nullable=False),
+    Column("hash", String(64), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("run_id", "seq", name="uq_events_run_seq"),
+)
+
+blobs = Table(
+    "blobs", metadata,
+    Column("hash", String(64), primary_key=True),
+    Column("size", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+)
+
+llm_calls = Table(
+    "llm_calls", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(128), nullable=False),
+    Column("role", String(32), nullable=False),
+    Column("request_hash", String(64), nullable=False),
+    Column("model", String(256), nullable=False),
+    Column("request", Text, nullable=False),
+    Column("response", Text, nullable=True),
+    Column("prompt_tokens", Integer, nullable=False, server_default="0"),
+    Column("completion_tokens", Integer, nullable=False, server_default="0"),
+    Column("latency_ms", Float, nullable=False, server_default="0"),
+    Column("error", Text, nullable=True),
+    Column("ok", Boolean, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+Index("ix_llm_calls_request_hash", llm_calls.c.request_hash)
+Index("ix_llm_calls_run_id", llm_calls.c.run_id)
+
+
+def event_hash(prev_hash: str, run_id: str, seq: int, type_name: str, version: int, payload_json: str) -> str:
+    return sha256_text(canonical_json([prev_hash, run_id, seq, type_name, version]) + payload_json)
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    run_id: str
+    seq: int
+    type: str
+    version: int
+    payload: str  # canonical JSON exactly as stored
+    prev_hash: str
+    hash: str
+    created_at: dt.datetime | None
+
+    @property
+    def event(self) -> Event:
+        return decode(self.type, self.version, json.loads(self.payload))
+
+
+@dataclass(frozen=True)
+class RunRow:
+    run_id: str
+    parent_run_id: str | None
+    fork_step: int | None
+    kind: str
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class CallRow:
+    request_hash: str
+    response: dict[str, Any] | None
+    error: str | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _compress(text: str) -> bytes:
+    return zlib.compress(text.encode("utf-8"), 6)
+
+
+def make_engine(url: str) -> Engine:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise UserError(f"not a database URL: {url!r} (example: sqlite:///skillstate.db)") from None
+    if parsed.get_backend_name() == "sqlite":
+        engine = create_engine(parsed, connect_args={"timeout": 30, "check_same_thread": False})
+        in_memory = parsed.database in (None, "", ":memory:")
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):  # pragma: no cover - trivial
+            cur = dbapi_conn.cursor()
+            if not in_memory:
+                cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    try:
+        return create_engine(parsed, pool_pre_ping=True)
+    except Exception as err:  # missing driver, bad options
+        raise UserError(f"cannot use database {parsed.render_as_string(hide_password=True)}: {err}") from None
+
+
+class Store:
+    """All reads and writes of one database."""
+
+    def __init__(self, url: str = DEFAULT_DB, *, upgrade: bool = True):
+        self.url = url
+        self.engine = make_engine(url)
+        self._write_lock = threading.Lock()
+        if upgrade:
+            from skillstate.migrate import ensure_schema
+
+            ensure_schema(self.engine)
+
+    @property
+    def display_url(self) -> str:
+        return make_url(self.url).render_as_string(hide_password=True)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- runs -------------------------------------------------------------
+
+    def create_run(self, run_id: str, *, parent_run_id: str | None = None, fork_step: int | None = None,
+                   kind: str = "train") -> None:
+        with self._write_lock, self.engine.begin() as conn:
+            exists = conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id)).first()
+            if exists:
+                raise UserError(f"run {run_id!r} already exists")
+            conn.execute(insert(runs).values(run_id=run_id, parent_run_id=parent_run_id, fork_step=fork_step,
+                                             kind=kind, created_at=_now()))
+
+    def get_run(self, run_id: str) -> RunRow | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+        return RunRow(**row._mapping) if row else None
+
+    def require_run(self, run_id: str | None) -> RunRow:
+        if run_id is None:
+            run_id = self.latest_run_id()
+            if run_id is None:
+                raise NotFoundError(f"no runs in {self.display_url}; start one with `skillstate run`")
+        row = self.get_run(run_id)
+        if row is None:
+            raise NotFoundError(f"unknown run {run_id!r} in {self.display_url} (see `skillstate runs`)")
+        return row
+
+    def list_runs(self) -> list[RunRow]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(runs).order_by(runs.c.created_at, runs.c.run_id)).all()
+        return [RunRow(**r._mapping) for r in rows]
+
+    def latest_run_id(self) -> str | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(runs.c.run_id).order_by(runs.c.created_at.desc(), runs.c.run_id.desc()).limit(1)
+            ).first()
+        return row[0] if row else None
+
+    # -- events -----------------------------------------------------------
+
+    def read_events(self, run_id: str) -> list[StoredEvent]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(events.c.run_id, events.c.seq, events.c.type, events.c.version, events.c.payload,
+                       events.c.prev_hash, events.c.hash, events.c.created_at)
+                .where(events.c.run_id == run_id).order_by(events.c.seq)
+            ).all()
+        return [StoredEvent(*r) for r in rows]
+
+    def append(self, run_id: str, new_events: Iterable[Event], *, last_seq: int, last_hash: str,
+               blobs_to_put: dict[str, str] | None = None,
+               new_run: dict[str, Any] | None = None) -> list[StoredEvent]:
+        """Append events after `last_seq`, with their blobs, in one transaction.
+
+        With `new_run` (parent_run_id, fork_step, kind), the run row is
+        created in the same transaction, so a run never exists without its
+        first event. Raises ConcurrencyError if another writer appended to the
+        run since the caller read `last_seq`.
+        """
+        stored: list[StoredEvent] = []
+        prev, seq = last_hash, last_seq
+        now = _now()
+        for ev in new_events:
+            seq += 1
+            payload = canonical_json(encode(ev))
+            h = event_hash(prev, run_id, seq, ev.type, ev.version, payload)
+            stored.append(StoredEvent(run_id, seq, ev.type, ev.version, payload, prev, h, now))
+            prev = h
+        if not stored:
+            return stored
+        with self._write_lock:
+            try:
+                with self.engine.begin() as conn:
+                    if new_run is not None:
+                        conn.execute(insert(runs).values(run_id=run_id, created_at=now, **new_run))
+                    if blobs_to_put:
+                        self._put_blobs(conn, blobs_to_put)
+                    conn.execute(insert(events), [
+                        dict(run_id=s.run_id, seq=s.seq, type=s.type, version=s.version, payload=s.payload,
+                             prev_hash=s.prev_hash, hash=s.hash, created_at=s.created_at)
+                        for s in stored
+                    ])
+            except IntegrityError:
+                if new_run is not None:
+                    raise UserError(f"run {run_id!r} already exists") from None
+                raise ConcurrencyError(
+                    f"run {run_id!r}: event {last_seq + 1} was appended by another writer; "
+                    "reload the run and try again"
+                ) from None
+        return stored
+
+    # -- blobs ------------------------------------------------------------
+
+    def _put_blobs(self, conn, items: dict[str, str]) -> None:
+        hashes = list(items)
+        existing: set[str] = set()
+        for i in range(0, len(hashes), 500):
+            chunk = hashes[i : i + 500]
+            existing.update(r[0] for r in conn.execute(select(blobs.c.hash).where(blobs.c.hash.in_(chunk))))
+        rows = [dict(hash=h, size=len(t), data=_compress(t)) for h, t in items.items() if h not in existing]
+        if rows:
+            conn.execute(insert(blobs), rows)
+
+    def put_blobs(self, items: dict[str, str]) -> None:
+        if not items:
+            return
+        with self._write_lock, self.engine.begin() as conn:
+            self._put_blobs(conn, items)
+
+    def put_blob(self, text: str) -> str:
+        h = sha256_text(text)
+        self.put_blobs({h: text})
+        return h
+
+    def get_blob(self, blob_hash: str) -> str:
+        text = self.find_blob(blob_hash)
+        if text is None:
+            raise NotFoundError(f"blob {blob_hash[:12]} is missing from the database")
+        return text
+
+    def find_blob(self, blob_hash: str) -> str | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(blobs.c.data).where(blobs.c.hash == blob_hash)).first()
+        return zlib.decompress(row[0]).decode("utf-8") if row else None
+
+    # -- LLM calls --------------------------------------------------------
+
+    def find_call(self, request_hash: str, *, run_ids: list[str] | None = None,
+                  include_errors: bool = False) -> CallRow | None:
+        query = select(llm_calls.c.request_hash, llm_calls.c.response, llm_calls.c.error,
+                       llm_calls.c.prompt_tokens, llm_calls.c.completion_tokens).where(
+            llm_calls.c.request_hash == request_hash)
+        if run_ids is not None:
+            query = query.where(llm_calls.c.run_id.in_(run_ids))
+        if not include_errors:
+            query = query.where(llm_calls.c.ok.is_(True))
+        query = query.order_by(llm_calls.c.ok.desc(), llm_calls.c.id).limit(1)
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        if row is None:
+            return None
+        return CallRow(row[0], json.loads(row[1]) if row[1] else None, row[2], row[3], row[4])
+
+    def record_call(self, *, run_id: str, role: str, request_hash: str, model: str, request: dict[str, Any],
+                    response: dict[str, Any] | None, prompt_tokens: int, completion_tokens: int,
+                    latency_ms: float, error: str | None) -> None:
+        with self._write_lock, self.engine.begin() as conn:
+            conn.execute(insert(llm_calls).values(
+                run_id=run_id, role=role, request_hash=request_hash, model=model,
+                request=canonical_json(request), response=canonical_json(response) if response is not None else None,
+                prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_ms=latency_ms,
+                error=error, ok=error is None, created_at=_now(),
+            ))
+
+    def paid_usage(self, run_id: str) -> dict[str, dict[str, float]]:
+        """Requests this run actually sent (not served from the log), per role."""
+        query = (
+            select(llm_calls.c.role, func.count(), func.sum(llm_calls.c.prompt_tokens),
+                   func.sum(llm_calls.c.completion_tokens), func.sum(llm_calls.c.latency_ms))
+            .where(llm_calls.c.run_id == run_id).group_by(llm_calls.c.role)
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return {r[0]: {"calls": r[1], "prompt_tokens": int(r[2] or 0), "completion_tokens": int(r[3] or 0),
+                       "latency_ms": float(r[4] or 0)} for r in rows}
+
+
+def open_store(url: str | None = None) -> Store:
+    """Open (creating or upgrading if needed) the database at `url`."""
+    import os
+
+    try:
+        return Store(url or os.environ.get("SKILLSTATE_DB") or DEFAULT_DB)
+    except OperationalError as err:
+        reason = str(err.orig).splitlines()[0] if err.orig else str(err).splitlines()[0]
+        shown = make_url(url or os.environ.get("SKILLSTATE_DB") or DEFAULT_DB).render_as_string(hide_password=True)
+        raise UserError(f"cannot open database {shown}: {reason}") from None
