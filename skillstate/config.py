@@ -230,14 +230,26 @@ def merge_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str
     return out
 
 
-def build_config(file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> SkillConfig:
-    """File first, then overrides; everything validated."""
+def merge_dicts(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """Recursive merge: values in `extra` win (a new dict)."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "prompts":
+            out[key] = merge_dicts(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def build_config(file: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                 base: dict[str, Any] | None = None) -> SkillConfig:
+    """`base` (defaults), then the file, then overrides; everything validated."""
     data = load_config_file(file) if file else {}
     flat_file = _flatten(data)
     unknown = [k for k in flat_file if k not in set(config_keys()) and not k.startswith("prompts")]
     if unknown:
         raise ConfigError(_unknown_key(unknown[0]))
-    return validate_config(merge_overrides(data, overrides or {}))
+    return validate_config(merge_overrides(merge_dicts(base or {}, data), overrides or {}))
 
 
 _URL_CRED_RE = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")

@@ -291,6 +291,16 @@ class Store:
             raise NotFoundError(f"blob {blob_hash[:12]} is missing from the database")
         return text
 
+    def get_blobs(self, hashes: list[str]) -> dict[str, str]:
+        """The texts of the blobs that exist among `hashes`."""
+        out: dict[str, str] = {}
+        with self.engine.connect() as conn:
+            for i in range(0, len(hashes), 500):
+                chunk = hashes[i : i + 500]
+                for h, data in conn.execute(select(blobs.c.hash, blobs.c.data).where(blobs.c.hash.in_(chunk))):
+                    out[h] = zlib.decompress(data).decode("utf-8")
+        return out
+
     def find_blob(self, blob_hash: str) -> str | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(blobs.c.data).where(blobs.c.hash == blob_hash)).first()

@@ -75,7 +75,7 @@ class SimOptimizer:
         counts = Counter(f.get("task_type", "") for f in failures)
         edits: list[dict[str, str]] = []
         summary: list[str] = []
-        for task_type, n in counts.most_common():
+        for task_type, n in counts.most_common(2):  # an analyst focuses on the commonest patterns
             if len(edits) >= budget:
                 break
             summary.append(f"{n} failure(s) on {task_type or 'untyped'} questions")
@@ -92,9 +92,9 @@ class SimOptimizer:
                     edits.append({"op": "replace", "target": line, "content": f"{line} This matters."})
                 continue
             roll = rng.random()
-            if roll < 0.55:
+            if roll < 0.35:
                 edits.append(self._rule_edit(skill, rng.choice(rule.variants)))
-            elif roll < 0.85:
+            elif roll < 0.8:
                 edits.append(self._rule_edit(skill, rng.choice(USELESS)))
             else:
                 edits.append(self._rule_edit(skill, rng.choice(HARMS).text))

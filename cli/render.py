@@ -1,0 +1,148 @@
+"""Turning engine progress, runs and events into terminal text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from skillstate.engine.context import Progress
+from skillstate.events import Event
+from skillstate.history import status_of
+from skillstate.reducer import RunState
+
+
+def fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _n(value: int) -> str:
+    return f"{value / 1000:.1f}k" if value >= 10_000 else str(value)
+
+
+class ProgressPrinter:
+    """Prints one line per stage of each step; the library itself never prints."""
+
+    def __init__(self, echo=click.echo):
+        self.echo = echo
+        self._patches: list[Event] = []
+
+    def __call__(self, p: Progress) -> None:
+        if p.kind != "event":
+            return
+        ev = p.event
+        if ev.type == "PatchProposed":
+            self._patches.append(ev)
+            return
+        self._flush()
+        line = self.line(ev, p.state)
+        if line:
+            self.echo(line)
+
+    def _flush(self) -> None:
+        if not self._patches:
+            return
+        edits = sum(len(x.edits) for x in self._patches)
+        bad = sum(1 for x in self._patches if x.status != "ok")
+        extra = f", {bad} unusable" if bad else ""
+        self.echo(f"    reflect    {len(self._patches)} patches{extra}, {edits} edits proposed")
+        self._patches = []
+
+    def line(self, ev: Event, state: RunState) -> str | None:
+        t = ev.type
+        if t == "BaselineEvaluated":
+            return f"baseline       {ev.split}: hard {fmt(ev.scores.hard)}  soft {fmt(ev.scores.soft)}  gate {fmt(ev.scores.gate)}"
+        if t == "StepStarted":
+            return (f"step {ev.step}/{state.total_steps}  epoch {ev.epoch}  budget {ev.edit_budget}  "
+                    f"batch {len(ev.batch_item_ids)}")
+        if t == "RolloutCompleted":
+            ok = sum(1 for r in ev.results if r.hard >= 1)
+            return f"    rollout    {ok}/{len(ev.results)} solved"
+        if t == "PatchesMerged":
+            fallbacks = sum(1 for m in ev.merges if m.status != "ok")
+            extra = f", {fallbacks} fell back" if fallbacks else ""
+            return f"    aggregate  {len(ev.edits)} edits after {len(ev.merges)} merge calls{extra}"
+        if t == "EditsSelected":
+            return f"    select     {len(ev.edits)} of {ev.candidates} edits ({ev.method})"
+        if t == "CandidateBuilt":
+            changed = sum(1 for r in ev.report if r.status in ("applied", "appended"))
+            return f"    update     {changed} of {len(ev.report)} edits changed the skill"
+        if t == "CandidateEvaluated":
+            cached = " (score cache)" if ev.cached else ""
+            return f"    evaluate   {ev.split}: gate {fmt(ev.scores.gate)}{cached}"
+        if t == "GateDecided":
+            return f"    gate       {ev.decision}: {ev.reason}"
+        if t == "TestEvaluated":
+            return f"test           {ev.label}: hard {fmt(ev.scores.hard)}  soft {fmt(ev.scores.soft)}"
+        return None
+
+
+def summary_text(s: dict[str, Any]) -> str:
+    lines = [
+        f"run {s['run_id']}: {s['status']}, {s['steps']} steps; "
+        f"{s['accepts']} accepted ({s['new_best']} new best), {s['rejects']} rejected, {s['skips']} skipped",
+        "",
+        f"{'':16}{'val (' + str(s['gate_metric']) + ')':>12}{'test hard':>12}{'test soft':>12}",
+    ]
+    test = s["test"]
+    for label, score, key in (("baseline", s["baseline_score"], "baseline"),
+                              (f"best (step {s['best_step']})", s["best_score"], "best")):
+        t = test.get(key, {})
+        lines.append(f"{label:16}{fmt(score):>12}{fmt(t.get('hard')):>12}{fmt(t.get('soft')):>12}")
+    if "baseline" in test and "best" in test:
+        lines.append("")
+        lines.append(f"{'test by task type':24}{'baseline':>10}{'best':>10}")
+        for task, base in test["baseline"]["by_task_type"].items():
+            best = test["best"]["by_task_type"].get(task, {})
+            lines.append(f"  {task:22}{fmt(base['hard']):>10}{fmt(best.get('hard')):>10}")
+    lines.append("")
+    lines.append("LLM calls        calls  from log   prompt tok  completion tok")
+    for role, u in s["usage"].items():
+        served = u["calls"] - u["sent"]
+        lines.append(f"  {role:12}{u['calls']:>8}{max(served, 0):>10}{_n(u['prompt_tokens']):>13}"
+                     f"{_n(u['completion_tokens']):>16}")
+    return "\n".join(lines)
+
+
+def run_rows(store, rows) -> list[dict[str, Any]]:
+    from skillstate.engine.runner import load_run
+
+    out = []
+    for row in rows:
+        state = load_run(store, row.run_id).state
+        out.append({
+            "run_id": row.run_id, "parent_run_id": row.parent_run_id, "fork_step": row.fork_step,
+            "created_at": row.created_at.isoformat() if row.created_at else None,
+            "status": status_of(state), "baseline_score": state.baseline.gate if state.baseline else None,
+            "best_score": state.best_score, "best_step": state.best_step,
+        })
+    return out
+
+
+def event_summary(ev: Event) -> str:
+    t = ev.type
+    if t == "RunStarted":
+        return f"{ev.total_steps} steps, dataset {ev.dataset_fingerprint[:12]}"
+    if t == "RunForked":
+        return f"from {ev.parent_run_id} at step {ev.fork_step}, overrides {json.dumps(ev.overrides)}"
+    if t in ("BaselineEvaluated", "CandidateEvaluated", "TestEvaluated"):
+        label = getattr(ev, "label", "")
+        return f"{label + ' ' if label else ''}{ev.split} gate {fmt(ev.scores.gate)} hard {fmt(ev.scores.hard)}"
+    if t == "StepStarted":
+        return f"epoch {ev.epoch}, budget {ev.edit_budget}, {len(ev.batch_item_ids)} items"
+    if t == "RolloutCompleted":
+        return f"{sum(1 for r in ev.results if r.hard >= 1)}/{len(ev.results)} solved"
+    if t == "PatchProposed":
+        return f"{ev.source}#{ev.minibatch} {ev.status}, {len(ev.edits)} edits from {len(ev.item_ids)} items"
+    if t == "PatchesMerged":
+        return f"{len(ev.edits)} edits ({len(ev.merges)} merge calls)"
+    if t == "EditsSelected":
+        return f"{len(ev.edits)}/{ev.candidates} kept, budget {ev.budget}, {ev.method}"
+    if t == "CandidateBuilt":
+        return ", ".join(f"{r.op}:{r.status}" for r in ev.report) or "no edits"
+    if t == "GateDecided":
+        return f"{ev.decision}: {ev.reason}"
+    if t == "RunCompleted":
+        return f"best {fmt(ev.best_score)} at step {ev.best_step}"
+    return ""

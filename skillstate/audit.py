@@ -1,0 +1,188 @@
+"""Checking a log: the hash chain and invariants (audit), and re-execution
+against the recorded LLM responses (verify)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from skillstate.engine.runner import build_context, config_of, drive, lineage_events, load_run
+from skillstate.errors import ReplayMissError
+from skillstate.events import Event, RunForked, encode
+from skillstate.reducer import RunState, reduce
+from skillstate.store import GENESIS, StoredEvent, Store, event_hash
+from skillstate.util import canonical_json, sha256_text
+
+
+@dataclass
+class AuditReport:
+    run_id: str
+    events: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _label(s: StoredEvent) -> str:
+    return f"run {s.run_id} event {s.seq} ({s.type})"
+
+
+def _check_chain(own: list[StoredEvent], first_prev: str) -> tuple[list[Event], str | None]:
+    """Decoded events, or the first problem found."""
+    decoded: list[Event] = []
+    prev = first_prev
+    for i, s in enumerate(own, 1):
+        if s.seq != i:
+            return decoded, f"run {s.run_id} event {s.seq}: sequence is not contiguous (expected {i})"
+        if s.prev_hash != prev:
+            return decoded, f"{_label(s)}: prev_hash does not match the event before it"
+        if event_hash(s.prev_hash, s.run_id, s.seq, s.type, s.version, s.payload) != s.hash:
+            return decoded, f"{_label(s)}: hash mismatch (the stored event was altered)"
+        try:
+            decoded.append(s.event)
+        except Exception as err:  # unknown type, bad payload
+            return decoded, f"{_label(s)}: cannot be read: {str(err).splitlines()[0]}"
+        prev = s.hash
+    return decoded, None
+
+
+def audit(store: Store, run_id: str | None) -> AuditReport:
+    row = store.require_run(run_id)
+    own = store.read_events(row.run_id)
+    report = AuditReport(row.run_id, len(own))
+    if not own:
+        report.problems.append(f"run {row.run_id} has no events")
+        return report
+    first_prev, prefix = GENESIS, []
+    if row.parent_run_id is not None:
+        parent = audit(store, row.parent_run_id)
+        if not parent.ok:
+            report.problems.append(f"fork parent: {parent.problems[0]}")
+            return report
+        try:
+            first = own[0].event
+        except Exception:
+            first = None
+        if not isinstance(first, RunForked):
+            report.problems.append(f"{_label(own[0])}: a fork must start with RunForked")
+            return report
+        prefix = lineage_events(store, row.parent_run_id)[: first.parent_event_count]
+        if len(prefix) != first.parent_event_count or prefix[-1].hash != first.parent_event_hash:
+            report.problems.append(f"{_label(own[0])}: the parent's prefix changed since the fork")
+            return report
+        first_prev = first.parent_event_hash
+    decoded, problem = _check_chain(own, first_prev)
+    if problem:
+        report.problems.append(problem)
+        return report
+    refs = {h: s for s, ev in zip(own, decoded) for h in ev.blob_refs()}
+    found = store.get_blobs(list(refs))
+    for h, s in refs.items():
+        text = found.get(h)
+        if text is None:
+            report.problems.append(f"{_label(s)}: blob {h[:12]} is missing")
+            return report
+        if sha256_text(text) != h:
+            report.problems.append(f"{_label(s)}: blob {h[:12]} does not match its hash")
+            return report
+    state = RunState()
+    for s in prefix:
+        state = reduce(state, s.event)
+    for s, ev in zip(own, decoded):
+        try:
+            state = reduce(state, ev)
+        except Exception as err:
+            report.problems.append(f"{_label(s)}: the fold fails: {err}")
+            return report
+    return report
+
+
+# --- verify ----------------------------------------------------------------
+
+
+class Divergence(Exception):
+    def __init__(self, seq: int, message: str):
+        super().__init__(message)
+        self.seq = seq
+
+
+def _first_difference(want: dict, got: dict, path: str = "") -> str:
+    for key in sorted(set(want) | set(got)):
+        a, b = want.get(key), got.get(key)
+        if a != b:
+            if isinstance(a, dict) and isinstance(b, dict):
+                return _first_difference(a, b, f"{path}{key}.")
+            shown_a, shown_b = canonical_json(a)[:80], canonical_json(b)[:80]
+            return f"{path}{key}: log has {shown_a}, re-execution gives {shown_b}"
+    return "payloads differ"
+
+
+class VerifyLog:
+    """A log that appends nothing and compares each event with the recorded one."""
+
+    def __init__(self, expected: list[StoredEvent]):
+        self.expected = expected
+        self.pos = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.pos >= len(self.expected)
+
+    def append(self, events: list[Event], blobs: dict[str, str]) -> list[StoredEvent]:
+        for ev in events:
+            if self.exhausted:
+                last = self.expected[-1].seq if self.expected else 1
+                raise Divergence(last + 1, f"re-execution produces {ev.type} after the log's last event")
+            exp = self.expected[self.pos]
+            want, got = encode(exp.event), encode(ev)
+            if exp.type != ev.type:
+                raise Divergence(exp.seq, f"log has {exp.type}, re-execution gives {ev.type}")
+            if canonical_json(want) != canonical_json(got):
+                raise Divergence(exp.seq, f"{exp.type}: {_first_difference(want, got)}")
+            self.pos += 1
+        return []
+
+
+@dataclass
+class VerifyReport:
+    run_id: str
+    checked: int
+    total: int
+    divergence: str | None = None
+    seq: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.divergence is None
+
+
+def verify(store: Store, run_id: str | None) -> VerifyReport:
+    """Re-execute a run against its recorded LLM responses and compare events."""
+    loaded = load_run(store, run_id)
+    own = loaded.own
+    report = VerifyReport(loaded.run_id, 0, len(own))
+    if not own:
+        report.divergence = "the run has no events"
+        return report
+    inherited = len(loaded.lineage) - len(own)
+    state = RunState()
+    for s in loaded.lineage[: inherited + 1]:  # the parent's prefix and the run's own first event are inputs
+        state = reduce(state, s.event)
+    log = VerifyLog(own[1:])
+    ctx = build_context(store, loaded.run_id, state, config_of(state), log, verify=True)
+    try:
+        drive(ctx, state)
+        if not log.exhausted:
+            nxt = log.expected[log.pos]
+            report.divergence, report.seq = f"log has {nxt.type} after the run completes", nxt.seq
+    except Divergence as div:
+        report.divergence, report.seq = str(div), div.seq
+    except ReplayMissError as err:
+        if not log.exhausted:  # an incomplete run ends where its recorded calls end
+            nxt = log.expected[log.pos]
+            report.divergence, report.seq = f"{nxt.type}: {err}", nxt.seq
+    finally:
+        ctx.close()
+    report.checked = 1 + log.pos
+    return report

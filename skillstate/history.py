@@ -1,0 +1,131 @@
+"""Reading a run back: replay to a step, skills at a step, diffs, summaries.
+
+Nothing here calls an LLM: everything is folded from the log.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+from skillstate.engine.runner import LoadedRun, load_run, state_of, step_boundary
+from skillstate.errors import NotFoundError
+from skillstate.reducer import RunState, StepRecord
+from skillstate.store import Store
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    run_id: str
+    step: int
+    state: RunState
+    current_skill: str
+    best_skill: str
+    record: StepRecord | None
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.state
+        rec = self.record
+        return {
+            "run_id": self.run_id,
+            "step": self.step,
+            "epoch": rec.epoch if rec else 0,
+            "current_skill": self.current_skill,
+            "best_skill": self.best_skill,
+            "current_score": s.current_score,
+            "best_score": s.best_score,
+            "best_step": s.best_step,
+            "edit_budget": rec.edit_budget if rec else None,
+            "decision": None if rec is None else {
+                "decision": rec.decision, "candidate_score": rec.candidate_score, "reason": rec.reason},
+            "baseline": s.baseline.model_dump() if s.baseline else None,
+            "accepts": s.count("accept", "accept_best"),
+            "rejects": s.count("reject"),
+            "skips": s.count("skip"),
+            "usage": {role: u.model_dump() for role, u in s.usage.items()},
+        }
+
+
+def replay(store: Store, run_id: str | None, to_step: int) -> Snapshot:
+    """The state after `to_step` (0 = after the baseline), folded from the log."""
+    loaded = load_run(store, run_id)
+    state = state_of(loaded.lineage[: step_boundary(loaded.lineage, to_step)])
+    return Snapshot(loaded.run_id, to_step, state, store.get_blob(state.current_skill), store.get_blob(state.best_skill),
+                    state.record(to_step))
+
+
+def skill_at(store: Store, run_id: str | None, step: int | None = None, best: bool = False) -> tuple[str, str]:
+    """(run_id, skill text): the current (or best) skill after `step`; with no
+    step, the run's best skill so far (or its current one if best is False
+    and a step is given)."""
+    loaded = load_run(store, run_id)
+    if step is None:
+        state = loaded.state
+        best = True
+    else:
+        state = state_of(loaded.lineage[: step_boundary(loaded.lineage, step)])
+    h = state.best_skill if best else state.current_skill
+    if h is None:
+        raise NotFoundError(f"run {loaded.run_id!r} has no skill yet")
+    return loaded.run_id, store.get_blob(h)
+
+
+def skill_diff(store: Store, run_id: str | None, step_a: int, step_b: int) -> tuple[str, str]:
+    rid, a = skill_at(store, run_id, step_a)
+    _, b = skill_at(store, rid, step_b)
+    lines = difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
+                                 fromfile=f"{rid}@step_{step_a}", tofile=f"{rid}@step_{step_b}")
+    return rid, "".join(lines)
+
+
+def status_of(state: RunState) -> str:
+    if not state.started:
+        return "empty"
+    if state.completed:
+        return "completed"
+    if state.baseline is None:
+        return "started"
+    return f"step {state.last_completed_step}/{state.total_steps}"
+
+
+def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
+    """Headline figures of a run: scores, decisions, usage, what was paid."""
+    s = loaded.state
+    paid = store.paid_usage(loaded.run_id)
+    usage = {}
+    for role in sorted(set(s.usage) | set(paid)):
+        logical = s.usage.get(role)
+        sent = paid.get(role, {})
+        usage[role] = {
+            "calls": logical.calls if logical else 0,
+            "prompt_tokens": logical.prompt_tokens if logical else 0,
+            "completion_tokens": logical.completion_tokens if logical else 0,
+            "sent": int(sent.get("calls", 0)),
+            "sent_prompt_tokens": int(sent.get("prompt_tokens", 0)),
+            "sent_completion_tokens": int(sent.get("completion_tokens", 0)),
+        }
+    tests = {label: {"hard": ev.scores.hard, "soft": ev.scores.soft, "n": ev.scores.n,
+                     "by_task_type": {k: v.model_dump() for k, v in ev.scores.by_task_type.items()}}
+             for label, ev in s.tests.items()}
+    return {
+        "run_id": loaded.run_id,
+        "parent_run_id": s.parent_run_id,
+        "fork_step": s.fork_step,
+        "status": status_of(s),
+        "steps": s.last_completed_step,
+        "total_steps": s.total_steps,
+        "baseline_score": s.baseline.gate if s.baseline else None,
+        "current_score": s.current_score,
+        "best_score": s.best_score,
+        "best_step": s.best_step,
+        "accepts": s.count("accept", "accept_best"),
+        "new_best": s.count("accept_best"),
+        "rejects": s.count("reject"),
+        "skips": s.count("skip"),
+        "gate_metric": s.config.get("gate_metric"),
+        "test": tests,
+        "usage": usage,
+        "usage_by_stage": {stage: {role: u.model_dump() for role, u in roles.items()}
+                           for stage, roles in s.usage_by_stage.items()},
+    }

@@ -1,0 +1,96 @@
+"""The Python API: a config object plus a trainer with `.train()`.
+
+    from skillstate import SkillConfig, Trainer
+    result = Trainer(SkillConfig(num_epochs=2), db="sqlite:///skillstate.db").train()
+    print(result.best_score, result.best_skill)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from skillstate.config import SkillConfig, public_config, semantic_view
+from skillstate.engine.context import ProgressCallback
+from skillstate.engine.runner import (
+    BackendFactory, continue_run, create_run, fork_run, load_run,
+)
+from skillstate.errors import UserError
+from skillstate.history import run_summary
+from skillstate.reducer import RunState
+from skillstate.store import Store, open_store
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    state: RunState
+    store: Store
+
+    @property
+    def best_score(self) -> float | None:
+        return self.state.best_score
+
+    @property
+    def baseline_score(self) -> float | None:
+        return self.state.baseline.gate if self.state.baseline else None
+
+    @property
+    def best_skill(self) -> str:
+        return self.store.get_blob(self.state.best_skill)
+
+    @property
+    def current_skill(self) -> str:
+        return self.store.get_blob(self.state.current_skill)
+
+    @cached_property
+    def summary(self) -> dict[str, Any]:
+        return run_summary(self.store, load_run(self.store, self.run_id))
+
+
+def check_resumable(state: RunState, config: SkillConfig, run_id: str) -> None:
+    """A resumed run must keep every setting that affects what it computes."""
+    stored, given = semantic_view(dict(state.config)), semantic_view(public_config(config))
+    for key in sorted(set(stored) | set(given)):
+        if stored.get(key) != given.get(key):
+            raise UserError(
+                f"run {run_id!r} was started with {key}={stored.get(key)!r}, not {given.get(key)!r}; "
+                f"resume it unchanged, or fork it: skillstate fork {run_id} step_N --set {key}=..."
+            )
+
+
+class Trainer:
+    """Runs SkillOpt for one run id, creating or resuming it."""
+
+    def __init__(self, config: SkillConfig | None = None, *, db: str | None = None, store: Store | None = None,
+                 run_id: str | None = None, on_progress: ProgressCallback | None = None,
+                 backend_factory: BackendFactory | None = None):
+        self.store = store or open_store(db)
+        self.config = config
+        self.run_id = run_id
+        self.on_progress = on_progress
+        self.backend_factory = backend_factory
+
+    def prepare(self) -> str:
+        """Create the run (or check that the existing one may be resumed); returns its id."""
+        if self.run_id is not None and self.store.get_run(self.run_id) is not None:
+            if self.config is not None:
+                check_resumable(load_run(self.store, self.run_id).state, self.config, self.run_id)
+            return self.run_id
+        self.run_id = create_run(self.store, self.config or SkillConfig(), self.run_id)
+        return self.run_id
+
+    def train(self) -> RunResult:
+        run_id = self.prepare()
+        state = continue_run(self.store, run_id, runtime=self.config, on_progress=self.on_progress,
+                             backend_factory=self.backend_factory)
+        return RunResult(run_id, state, self.store)
+
+    def fork(self, step: int, overrides: dict[str, Any] | None = None, new_run_id: str | None = None) -> "Trainer":
+        """A trainer for a new run that continues this run's state after `step`."""
+        if self.run_id is None:
+            raise UserError("nothing to fork: this trainer has no run yet")
+        child = fork_run(self.store, self.run_id, step, overrides or {}, new_run_id)
+        return Trainer(store=self.store, run_id=child, on_progress=self.on_progress,
+                       backend_factory=self.backend_factory)
