@@ -447,6 +447,34 @@ def diff(args, db) -> None:
     click.echo(text or "(no difference)", nl=not text.endswith("\n"))
 
 
+@cli.command("sim-server")
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--data", type=click.Path(), help="Serve this dataset's world instead of the bundled one.")
+def sim_server(port, data) -> None:
+    """Serve the simulated world over an OpenAI-compatible API on 127.0.0.1,
+    to try --backend openai offline. Stop with Ctrl-C.
+
+    \b
+    Example:
+        skillstate sim-server --port 8000 &
+        OPENAI_API_KEY=local skillstate run --backend openai --model sim \\
+            --base-url http://127.0.0.1:8000/v1 --data DIR
+    """
+    from skillstate.envs import load_dataset_dir
+    from skillstate.sim.server import SimServer
+    from skillstate.sim.world import SimWorld, bundled_splits
+
+    splits = load_dataset_dir(data, ["train", "val", "test"]) if data else bundled_splits()
+    server = SimServer(SimWorld([i for items in splits.values() for i in items]), port=port)
+    click.echo(f"serving the sim world at {server.base_url} (Ctrl-C to stop)")
+    try:
+        server.httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.httpd.server_close()
+
+
 # --- database ---------------------------------------------------------------------
 
 

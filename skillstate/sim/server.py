@@ -1,0 +1,112 @@
+"""The sim world behind an OpenAI-compatible HTTP API, on 127.0.0.1.
+
+For trying `--backend openai` offline and for the project's tests, which
+drive it through the real `openai` client. It answers POST
+/v1/chat/completions (and GET /v1/models), requires a bearer token, and can
+be told to answer the first N requests with 429 + Retry-After to exercise
+client retries.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from skillstate.sim.backend import SimBackend, _tokens
+from skillstate.sim.world import SimWorld
+
+
+class SimServer:
+    def __init__(self, world: SimWorld, host: str = "127.0.0.1", port: int = 0, *,
+                 fail_first: int = 0, retry_after: float = 0.0):
+        self.backend = SimBackend(world)
+        self.fail_first = fail_first
+        self.retry_after = retry_after
+        self.requests = 0
+        self.auth_headers: list[str] = []
+        self._lock = threading.Lock()
+        self.httpd = ThreadingHTTPServer((host, port), self._handler())
+        self.httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> "SimServer":
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="sim-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> "SimServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def _send(self, code: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/").endswith("/models"):
+                    self._send(200, {"object": "list", "data": [{"id": "sim", "object": "model"}]})
+                else:
+                    self._send(404, {"error": {"message": "not found"}})
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                except json.JSONDecodeError:
+                    self._send(400, {"error": {"message": "invalid JSON"}})
+                    return
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+                    return
+                auth = self.headers.get("Authorization", "")
+                with server._lock:
+                    server.requests += 1
+                    n = server.requests
+                    server.auth_headers.append(auth)
+                if not auth.startswith("Bearer ") or len(auth) <= len("Bearer "):
+                    self._send(401, {"error": {"message": "missing API key", "type": "invalid_request_error"}})
+                    return
+                if n <= server.fail_first:
+                    self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
+                               {"Retry-After": str(server.retry_after)})
+                    return
+                messages = body.get("messages") or []
+                text = server.backend.respond(messages)
+                prompt_tokens = sum(_tokens(str(m.get("content", ""))) for m in messages)
+                self._send(200, {
+                    "id": f"chatcmpl-sim-{n}", "object": "chat.completion", "created": int(time.time()),
+                    "model": body.get("model", "sim"),
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": text}}],
+                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": _tokens(text),
+                              "total_tokens": prompt_tokens + _tokens(text)},
+                })
+
+        return Handler

@@ -1,0 +1,141 @@
+"""Shared fixtures: databases (SQLite always, PostgreSQL when
+$SKILLSTATE_TEST_PG_URL is set), small sim runs, the local OpenAI-compatible
+sim server."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from skillstate.config import SkillConfig
+from skillstate.sim.server import SimServer
+from skillstate.sim.world import SimWorld, bundled_splits
+from skillstate.store import Store
+from skillstate.trainer import Trainer
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+PG_ENV = "SKILLSTATE_TEST_PG_URL"
+
+# A small but complete run: 2 epochs of 3 steps on the bundled sim world.
+SMALL = dict(num_epochs=2, batch_size=40, seed=42)
+
+
+def small_config(**kw) -> SkillConfig:
+    return SkillConfig(**{**SMALL, **kw})
+
+
+@pytest.fixture
+def db_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'test.db'}"
+
+
+@pytest.fixture
+def store(db_url) -> Store:
+    s = Store(db_url)
+    yield s
+    s.close()
+
+
+def _pg_schema_url(base: str) -> tuple[str, str]:
+    schema = f"t_{uuid.uuid4().hex[:10]}"
+    sep = "&" if "?" in base else "?"
+    return schema, f"{base}{sep}options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request, tmp_path):
+    """The same tests against every storage backend."""
+    if request.param == "sqlite":
+        s = Store(f"sqlite:///{tmp_path / 'any.db'}")
+        yield s
+        s.close()
+        return
+    base = os.environ.get(PG_ENV)
+    if not base:
+        pytest.skip(f"{PG_ENV} is not set")
+    from sqlalchemy import create_engine, text
+
+    schema, url = _pg_schema_url(base)
+    admin = create_engine(base)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    s = Store(url)
+    yield s
+    s.close()
+    with admin.begin() as conn:
+        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+    admin.dispose()
+
+
+class Recorder:
+    """Progress callback that keeps every (event, state) pair."""
+
+    def __init__(self):
+        self.items = []
+
+    def __call__(self, p):
+        if p.kind == "event":
+            self.items.append((p.event, p.state, p.stored))
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory):
+    """One completed small sim run, shared by read-only tests."""
+    path = tmp_path_factory.mktemp("finished") / "run.db"
+    store = Store(f"sqlite:///{path}")
+    rec = Recorder()
+    result = Trainer(small_config(), store=store, run_id="base", on_progress=rec).train()
+    yield store, result, rec
+    store.close()
+
+
+@pytest.fixture(scope="session")
+def sim_world() -> SimWorld:
+    return SimWorld([i for items in bundled_splits().values() for i in items])
+
+
+@pytest.fixture
+def sim_server():
+    """The examples/qa world behind an OpenAI-compatible API on 127.0.0.1."""
+    from skillstate.envs import load_dataset_dir
+
+    splits = load_dataset_dir(EXAMPLES / "qa", ["train", "val", "test"])
+    with SimServer(SimWorld([i for items in splits.values() for i in items])) as server:
+        yield server
+
+
+class Scripted:
+    """A backend whose optimizer replies come from a function of the prompt;
+    the target is the sim world unless `target` is given."""
+
+    name = "sim"
+
+    def __init__(self, world, optimizer=None, target=None):
+        from skillstate.sim.backend import SimBackend
+
+        self.sim = SimBackend(world)
+        self.optimizer = optimizer
+        self.target = target
+
+    def complete(self, request):
+        from skillstate.llm.base import ChatResponse
+
+        messages = request.message_dicts()
+        user = messages[-1]["content"]
+        if "<skill>" in user and self.optimizer is not None:
+            return ChatResponse(text=self.optimizer(user), prompt_tokens=10, completion_tokens=5)
+        if "<skill>" not in user and self.target is not None:
+            return ChatResponse(text=self.target(messages), prompt_tokens=10, completion_tokens=1)
+        return self.sim.complete(request)
+
+
+def scripted_factory(optimizer=None, target=None):
+    from skillstate.sim.world import SimWorld
+
+    def factory(config, env, role):
+        return Scripted(SimWorld([i for items in env.splits.values() for i in items]), optimizer, target)
+
+    return factory

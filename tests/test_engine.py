@@ -1,0 +1,172 @@
+"""The engine on the sim backend: learning, resume, determinism, fallbacks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from skillstate.audit import audit, verify
+from skillstate.engine.runner import lineage_events
+from skillstate.store import Store
+from skillstate.trainer import Trainer
+
+from conftest import Recorder, scripted_factory, small_config
+
+
+def _payloads(store, run_id):
+    return [(s.type, s.payload) for s in lineage_events(store, run_id)]
+
+
+def test_default_run_learns_and_the_gate_rejects_some_candidates(tmp_path):
+    result = Trainer(db=f"sqlite:///{tmp_path / 'd.db'}").train()  # every default
+    s = result.summary
+    assert s["status"] == "completed" and s["steps"] == 12
+    assert s["best_score"] >= s["baseline_score"] + 0.3
+    assert s["test"]["best"]["hard"] >= s["test"]["baseline"]["hard"] + 0.3
+    assert s["rejects"] >= 1 and s["accepts"] >= 1
+    assert set(s["test"]["best"]["by_task_type"]) == {
+        "arithmetic", "unit_conversion", "date_reasoning", "reading", "letter_counting", "list_ordering"}
+
+
+def test_same_seed_same_log_whatever_the_concurrency(tmp_path):
+    a = Trainer(small_config(concurrency=1), db=f"sqlite:///{tmp_path / 'a.db'}", run_id="r").train()
+    b = Trainer(small_config(concurrency=8), db=f"sqlite:///{tmp_path / 'b.db'}", run_id="r").train()
+    drop = lambda rows: [(t, p) for t, p in rows if t != "RunStarted"]  # noqa: E731  (config differs)
+    assert drop(_payloads(a.store, "r")) == drop(_payloads(b.store, "r"))
+
+
+class Crash(BaseException):
+    """Stands for the process dying (not an LLM error the engine absorbs)."""
+
+
+def _crashing_factory(after_calls: int):
+    from skillstate.engine.runner import make_backend
+
+    count = {"n": 0}
+
+    def factory(config, env, role):
+        real = make_backend(config, env, role)
+
+        class Dying:
+            name = real.name
+
+            def complete(self, request):
+                count["n"] += 1
+                if count["n"] > after_calls:
+                    raise Crash()
+                return real.complete(request)
+
+        return Dying()
+
+    return factory
+
+
+@pytest.mark.parametrize("after_calls", [30, 95, 640])  # baseline, reflect/merge of step 1, mid run
+def test_resume_after_a_crash_mid_stage_reproduces_the_uninterrupted_run(tmp_path, after_calls):
+    clean = Trainer(small_config(), db=f"sqlite:///{tmp_path / 'clean.db'}", run_id="r").train()
+    store = Store(f"sqlite:///{tmp_path / 'crash.db'}")
+    with pytest.raises(Crash):
+        Trainer(small_config(), store=store, run_id="r", backend_factory=_crashing_factory(after_calls)).train()
+    assert audit(store, "r").ok  # nothing half-written
+    resumed = Trainer(store=store, run_id="r").train()
+    assert _payloads(store, "r") == _payloads(clean.store, "r")
+    # every request was paid for once: what the crashed session sent is served on resume
+    assert resumed.summary["usage"] == clean.summary["usage"]
+
+
+def test_resume_after_a_crash_between_events(tmp_path):
+    clean = Trainer(small_config(), db=f"sqlite:///{tmp_path / 'clean.db'}", run_id="r").train()
+    store = Store(f"sqlite:///{tmp_path / 'crash.db'}")
+
+    def die_after_rollout(p):
+        if p.kind == "event" and p.event.type == "RolloutCompleted" and p.event.step == 2:
+            raise Crash()
+
+    with pytest.raises(Crash):
+        Trainer(small_config(), store=store, run_id="r", on_progress=die_after_rollout).train()
+    Trainer(store=store, run_id="r").train()
+    assert _payloads(store, "r") == _payloads(clean.store, "r")
+
+
+def test_finished_run_is_verified_and_audited(finished_run):
+    store, result, _ = finished_run
+    assert audit(store, result.run_id).ok
+    report = verify(store, result.run_id)
+    assert report.ok and report.checked == report.total
+
+
+def test_unparseable_analyst_replies_are_recorded_and_the_step_skips(tmp_path):
+    result = Trainer(small_config(num_epochs=1), db=f"sqlite:///{tmp_path / 'u.db'}", run_id="r",
+                     backend_factory=scripted_factory(optimizer=lambda prompt: "Sure! I'd add a rule.")).train()
+    events = [s.event for s in lineage_events(result.store, "r")]
+    patches = [e for e in events if e.type == "PatchProposed"]
+    assert patches and all(p.status == "unparseable" and p.reply for p in patches)
+    assert result.store.get_blob(patches[0].reply) == "Sure! I'd add a rule."
+    assert [e.decision for e in events if e.type == "GateDecided"] == ["skip"] * 3
+    assert result.state.best_skill == result.state.initial_skill
+
+
+def _analyst_then(merge_reply: str, rank_reply: str):
+    def optimizer(prompt: str) -> str:
+        if "<failures>" in prompt or "<successes>" in prompt:
+            src = "F" if "<failures>" in prompt else "S"
+            n = prompt.count('"id"')
+            return json.dumps({"reasoning": "r", "failure_summary": [], "edits": [
+                {"op": "append", "target": "", "content": f"- rule {src}{n} a"},
+                {"op": "append", "target": "", "content": f"- rule {src}{n} b"}]})
+        if "<edits>" in prompt:
+            return rank_reply
+        return merge_reply
+
+    return optimizer
+
+
+def test_merge_and_rank_failures_fall_back(tmp_path):
+    result = Trainer(small_config(num_epochs=1, minibatch_size=4, merge_batch_size=2), run_id="r",
+                     db=f"sqlite:///{tmp_path / 'f.db'}",
+                     backend_factory=scripted_factory(optimizer=_analyst_then("not json", "no idea"))).train()
+    events = [s.event for s in lineage_events(result.store, "r")]
+    merged = [e for e in events if e.type == "PatchesMerged"]
+    assert merged and all(m.status == "fallback" for e in merged for m in e.merges)
+    assert any(m.level >= 2 for e in merged for m in e.merges)  # a real tree, level by level
+    for e in merged:  # fallback keeps every proposed edit, failure edits first
+        assert len(e.edits) == len(e.failure_edits) + len(e.success_edits)
+        assert e.edits[: len(e.failure_edits)] == e.failure_edits
+    for sel in (e for e in events if e.type == "EditsSelected"):
+        assert sel.method == "fallback" and len(sel.edits) == sel.budget
+        assert sel.edits[0].source == "failure"
+
+
+def test_ranked_selection_keeps_the_rankers_choice(tmp_path):
+    rank = json.dumps({"selected_indices": [3, 3, 99, 1, 0, 2]})
+    result = Trainer(small_config(num_epochs=1, edit_budget=2, min_edit_budget=2), run_id="r",
+                     db=f"sqlite:///{tmp_path / 'k.db'}",
+                     backend_factory=scripted_factory(optimizer=_analyst_then("no", rank))).train()
+    sel = [s.event for s in lineage_events(result.store, "r") if s.type == "EditsSelected"][0]
+    assert sel.method == "ranked" and sel.selected_indices == [3, 1]
+
+
+def test_rollout_errors_become_failed_results_and_never_abort_the_step(tmp_path):
+    def flaky_target(messages):
+        if "letter" in messages[-1]["content"]:
+            raise ValueError("upstream exploded")
+        return "42"
+
+    result = Trainer(small_config(num_epochs=1), db=f"sqlite:///{tmp_path / 'e.db'}", run_id="r",
+                     backend_factory=scripted_factory(target=flaky_target)).train()
+    rollouts = [s.event for s in lineage_events(result.store, "r") if s.type == "RolloutCompleted"]
+    errors = [r for e in rollouts for r in e.results if r.fail_reason.startswith("rollout_error:")]
+    assert errors and all("upstream exploded" in r.fail_reason and r.hard == 0 for r in errors)
+    assert result.state.completed
+
+
+def test_identical_candidate_is_served_from_the_score_cache(tmp_path):
+    noop = json.dumps({"reasoning": "", "failure_summary": [],
+                       "edits": [{"op": "replace", "target": "not in the skill", "content": "x"}]})
+    result = Trainer(small_config(num_epochs=1), db=f"sqlite:///{tmp_path / 'c.db'}", run_id="r",
+                     backend_factory=scripted_factory(optimizer=lambda p: noop)).train()
+    events = [s.event for s in lineage_events(result.store, "r")]
+    evaluated = [e for e in events if e.type == "CandidateEvaluated"]
+    assert evaluated and all(e.cached and e.usage_by_role == {} for e in evaluated)
+    assert all(e.decision == "reject" for e in events if e.type == "GateDecided")
