@@ -17,7 +17,8 @@ def gate_score(hard: float, soft: float, metric: str, mixed_weight: float = 0.5)
         return soft
     if metric == "mixed":
         w = min(max(mixed_weight, 0.0), 1.0)
-        return (1 - w) * hard + w * soft
+        mixed = (1 - w) * hard + w * soft
+        return min(max(mixed, min(hard, soft)), max(hard, soft))  # no rounding drift outside the bounds
     raise ValueError(f"unknown gate metric {metric!r}")
 
 

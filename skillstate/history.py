@@ -11,7 +11,7 @@ from typing import Any
 
 from skillstate.engine.runner import LoadedRun, load_run, state_of, step_boundary
 from skillstate.errors import NotFoundError
-from skillstate.reducer import RunState, StepRecord
+from skillstate.reducer import RunState, StepRecord, usage_totals
 from skillstate.store import Store
 
 
@@ -90,12 +90,17 @@ def status_of(state: RunState) -> str:
 
 
 def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
-    """Headline figures of a run: scores, decisions, usage, what was paid."""
+    """Headline figures of a run: scores, decisions, usage, what was paid.
+
+    Usage counts the run's own events (a fork's inherited prefix is its
+    parent's); `sent` counts requests this run actually sent, the rest were
+    served from the call table."""
     s = loaded.state
+    own = usage_totals(e.event for e in loaded.own)
     paid = store.paid_usage(loaded.run_id)
     usage = {}
-    for role in sorted(set(s.usage) | set(paid)):
-        logical = s.usage.get(role)
+    for role in sorted(set(own.usage) | set(paid)):
+        logical = own.usage.get(role)
         sent = paid.get(role, {})
         usage[role] = {
             "calls": logical.calls if logical else 0,
@@ -127,5 +132,5 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
         "test": tests,
         "usage": usage,
         "usage_by_stage": {stage: {role: u.model_dump() for role, u in roles.items()}
-                           for stage, roles in s.usage_by_stage.items()},
+                           for stage, roles in own.usage_by_stage.items()},
     }

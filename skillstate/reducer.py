@@ -251,6 +251,14 @@ def reduce(state: RunState, event: Event) -> RunState:
     raise FoldError(f"the reducer does not know {event.type}")
 
 
+def usage_totals(events: Iterable[Event]) -> RunState:
+    """A state holding only the usage of `events` (per role and per stage)."""
+    state = RunState()
+    for event in events:
+        state = _add_usage(state, event)
+    return state
+
+
 def fold(events: Iterable[Event], state: RunState | None = None) -> RunState:
     state = state or RunState()
     for event in events:

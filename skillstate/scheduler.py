@@ -42,8 +42,10 @@ def epoch_batches(item_ids: list[str], seed: int, epoch: int, batch_size: int, a
     """
     ids = list(item_ids)
     seeded_rng("epoch", seed, epoch).shuffle(ids)
-    batches = chunked(ids, batch_size)
     needed = steps_per_epoch(len(ids), batch_size, accumulation) * accumulation
+    if not ids:
+        return [[] for _ in range(needed)]
+    batches = chunked(ids, batch_size)
     base = len(batches)
     while len(batches) < needed:
         batches.append(batches[len(batches) % base])

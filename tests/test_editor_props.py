@@ -58,7 +58,7 @@ def edits(draw, text: str | None = None) -> Edit:
 @st.composite
 def text_and_edits(draw) -> tuple[str, list[Edit]]:
     text = draw(texts)
-    return text, draw(st.lists(edits(text), max_size=8))
+    return text, draw(st.lists(edits(text), max_size=6))
 
 
 # -- never raises, determinism, status/change agreement ----------------------

@@ -29,7 +29,7 @@ def fold(decision: str, candidate: float, current: float, best: float) -> tuple[
 
 
 @SETTINGS
-@given(scores, st.lists(scores, max_size=30))
+@given(scores, st.lists(scores, max_size=20))
 def test_simulated_run_invariants(initial, candidates):
     current = best = initial
     for candidate in candidates:

@@ -201,13 +201,22 @@ def _initial_skill(config: SkillConfig, default: str | None) -> str:
     return default if default is not None else QAEnv({}).default_skill()
 
 
+def preflight(config: SkillConfig) -> None:
+    """Fail on missing models or credentials before anything is written."""
+    for role in ("target", "optimizer"):
+        config.model_for(role)
+        if config.backend == "openai":
+            from skillstate.llm.openai_backend import OpenAIBackend
+
+            OpenAIBackend(getattr(config, role), role)
+
+
 def create_run(store: Store, config: SkillConfig, run_id: str | None = None) -> str:
     """Validate everything, then write the run row and RunStarted atomically."""
     run_id = run_id or new_run_id()
     if store.get_run(run_id) is not None:
         raise UserError(f"run {run_id!r} already exists")
-    for role in ("target", "optimizer"):
-        config.model_for(role)
+    preflight(config)
     splits, default_skill = _dataset(config)
     skill = _initial_skill(config, default_skill)
     prompts = resolve_prompts(config.prompts)
@@ -255,6 +264,7 @@ def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, A
     total = spe * config.num_epochs
     if total < step:
         raise ConfigError(f"the fork's schedule has {total} steps, fewer than the fork step {step}")
+    preflight(config)
     run_id = run_id or new_run_id("fork")
     if store.get_run(run_id) is not None:
         raise UserError(f"run {run_id!r} already exists")

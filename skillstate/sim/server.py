@@ -43,7 +43,9 @@ class SimServer:
         return self
 
     def stop(self) -> None:
-        self.httpd.shutdown()
+        if self._thread is not None:
+            self.httpd.shutdown()
+            self._thread = None
         self.httpd.server_close()
 
     def __enter__(self) -> "SimServer":
@@ -90,7 +92,8 @@ class SimServer:
                     server.requests += 1
                     n = server.requests
                     server.auth_headers.append(auth)
-                if not auth.startswith("Bearer ") or len(auth) <= len("Bearer "):
+                scheme, _, credential = auth.partition(" ")
+                if scheme not in ("Bearer", "Basic") or not credential.strip():
                     self._send(401, {"error": {"message": "missing API key", "type": "invalid_request_error"}})
                     return
                 if n <= server.fail_first:

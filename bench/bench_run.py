@@ -1,0 +1,50 @@
+"""Benchmark: a default sim run, then replay, verify and audit of it.
+
+Run on demand:  python bench/bench_run.py [--db-dir DIR]
+Prints wall time per phase and the process's peak resident memory. Results
+depend on the machine; the README records one measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+from skillstate import SkillConfig, Trainer
+from skillstate.audit import audit, verify
+from skillstate.history import replay
+
+
+def timed(label: str, fn):
+    start = time.perf_counter()
+    out = fn()
+    print(f"{label:28} {time.perf_counter() - start:7.2f} s")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--db-dir", default=None)
+    args = parser.parse_args()
+    directory = Path(args.db_dir or tempfile.mkdtemp())
+    db = directory / "bench.db"
+    db.unlink(missing_ok=True)
+    trainer = Trainer(SkillConfig(), db=f"sqlite:///{db}", run_id="bench")
+    result = timed("default sim run (12 steps)", trainer.train)
+    store = trainer.store
+    timed("replay --to-step 6", lambda: replay(store, "bench", 6))
+    timed("replay --to-step 12", lambda: replay(store, "bench", 12))
+    report = timed("replay --verify", lambda: verify(store, "bench"))
+    assert report.ok, report.divergence
+    timed("audit", lambda: audit(store, "bench"))
+    s = result.summary
+    print(f"events {report.total}, LLM calls {sum(u['calls'] for u in s['usage'].values())}, "
+          f"database {db.stat().st_size / 1e6:.1f} MB")
+    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

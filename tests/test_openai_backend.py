@@ -1,0 +1,128 @@
+"""The openai backend, through the real `openai` client, against the local
+OpenAI-compatible sim server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import MetaData, select
+
+from skillstate.cli.main import cli
+from skillstate.config import ModelConfig
+from skillstate.llm.base import ChatRequest
+from skillstate.llm.openai_backend import OpenAIBackend
+from skillstate.store import Store
+
+from conftest import EXAMPLES
+
+SECRET = "sk-test-SECRET-0123456789abcdef"
+
+
+def _run_args(server, db, *extra):
+    return ["run", "--backend", "openai", "--model", "sim-model", "--base-url", server.base_url,
+            "--data", str(EXAMPLES / "qa"), "--batch-size", "12", "--epochs", "1", "--db", db, *extra]
+
+
+def _dump(url: str) -> str:
+    """Every value in every table, as text."""
+    store = Store(url)
+    meta = MetaData()
+    meta.reflect(store.engine)
+    out = []
+    with store.engine.connect() as conn:
+        for table in meta.sorted_tables:
+            for row in conn.execute(select(table)):
+                out.append(repr(tuple(row)))
+    blobs = [store.get_blob(h) for (h,) in store.engine.connect().execute(select(meta.tables["blobs"].c.hash))]
+    store.close()
+    return "\n".join(out + blobs)
+
+
+def test_full_run_through_the_openai_client(sim_server, tmp_path):
+    db = f"sqlite:///{tmp_path / 'o.db'}"
+    res = CliRunner().invoke(cli, _run_args(sim_server, db, "--run-id", "o"), env={"OPENAI_API_KEY": SECRET})
+    assert res.exit_code == 0, res.output
+    summary = json.loads(CliRunner().invoke(cli, ["show", "o", "--json", "--db", db]).output)
+    assert summary["status"] == "completed"
+    assert summary["best_score"] > summary["baseline_score"]
+    sent = sum(u["sent"] for u in summary["usage"].values())
+    assert sent == sim_server.requests > 0
+    assert all(h == f"Bearer {SECRET}" for h in sim_server.auth_headers)
+    assert summary["usage"]["target"]["prompt_tokens"] > 0  # usage from the server's replies
+
+
+def test_secrets_never_reach_the_log_or_the_output(sim_server, tmp_path):
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    host, port = sim_server.httpd.server_address[:2]
+    url = f"http://user:{SECRET}@{host}:{port}/v1"
+    args = _run_args(sim_server, db, "--run-id", "s")
+    args[args.index("--base-url") + 1] = url
+    outputs = [CliRunner().invoke(cli, args, env={"OPENAI_API_KEY": SECRET})]
+    assert outputs[0].exit_code == 0, outputs[0].output
+    for cmd in (["log", "--json"], ["show", "--json"], ["runs", "--json"], ["replay", "--to-step", "1", "--json"],
+                ["audit"], ["replay", "--verify"]):
+        outputs.append(CliRunner().invoke(cli, [*cmd, "--db", db]))
+    for res in outputs:
+        assert SECRET not in res.output
+    dump = _dump(db)
+    assert SECRET not in dump
+    started = json.loads(CliRunner().invoke(cli, ["log", "s", "--json", "--db", db]).output)[0]
+    assert started["payload"]["config"]["target"]["base_url"] == f"http://***@{host}:{port}/v1"
+
+
+def test_rate_limits_are_retried_honouring_retry_after(sim_server):
+    sim_server.fail_first, sim_server.retry_after = 2, 0.2
+    backend = OpenAIBackend(ModelConfig(base_url=sim_server.base_url, max_retries=3, api_key_env="SK_TEST"),
+                            "target") if _set_key() else None
+    req = ChatRequest.build("openai", "m", [{"role": "system", "content": "# s"},
+                                            {"role": "user", "content": "Question: What is 2 + 3 × 4?"}], 0.0, 16)
+    resp = backend.complete(req)
+    assert sim_server.requests == 3  # two 429s, then the answer
+    assert resp.text and resp.prompt_tokens > 0
+
+
+def test_exhausted_retries_become_a_recorded_call_error(sim_server, tmp_path):
+    sim_server.fail_first = 10_000
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    res = CliRunner().invoke(cli, _run_args(sim_server, db, "--run-id", "r", "--set", "target.max_retries=0",
+                                            "--set", "optimizer.max_retries=0", "--epochs", "1"),
+                             env={"OPENAI_API_KEY": "k"})
+    assert res.exit_code == 0, res.output
+    baseline = json.loads(CliRunner().invoke(cli, ["log", "r", "--json", "--db", db]).output)[1]
+    assert baseline["type"] == "BaselineEvaluated" and baseline["payload"]["scores"]["hard"] == 0.0
+    store = Store(db)
+    row = store.find_call(json.loads(store.get_blob(baseline["payload"]["results"]))[0]["call"]["request_hash"],
+                          include_errors=True)
+    assert row.error.startswith("RateLimitError")
+
+
+def test_unreachable_endpoint_is_a_user_error(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ["run", "--backend", "openai", "--model", "m", "--base-url", f"http://127.0.0.1:{port}/v1",
+            "--data", str(EXAMPLES / "qa"), "--set", "target.max_retries=0", "--db", f"sqlite:///{tmp_path / 'u.db'}"]
+    res = CliRunner().invoke(cli, args, env={"OPENAI_API_KEY": "k"})
+    assert res.exit_code == 2 and "cannot reach the target endpoint" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_a_finished_openai_run_replays_and_resumes_without_the_server(sim_server, tmp_path):
+    db = f"sqlite:///{tmp_path / 'n.db'}"
+    assert CliRunner().invoke(cli, _run_args(sim_server, db, "--run-id", "n"), env={"OPENAI_API_KEY": "k"}).exit_code == 0
+    sim_server.stop()
+    res = CliRunner().invoke(cli, ["replay", "n", "--verify", "--db", db])
+    assert res.exit_code == 0 and "reproduces all" in res.output
+    res = CliRunner().invoke(cli, ["fork", "n", "step_1", "--lr", "constant", "-q", "--no-run", "--db", db],
+                             env={"OPENAI_API_KEY": "k"})
+    assert res.exit_code == 0, res.output
+
+
+def _set_key() -> bool:
+    import os
+
+    os.environ["SK_TEST"] = "k"
+    return True
