@@ -76,7 +76,10 @@ def audit(store: Store, run_id: str | None) -> AuditReport:
     if problem:
         report.problems.append(problem)
         return report
-    refs = {h: s for s, ev in zip(own, decoded) for h in ev.blob_refs()}
+    refs: dict[str, StoredEvent] = {}
+    for s, ev in zip(own, decoded):
+        for h in ev.blob_refs():
+            refs.setdefault(h, s)  # report the first event that needs it
     found = store.get_blobs(list(refs))
     for h, s in refs.items():
         text = found.get(h)
