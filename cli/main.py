@@ -146,10 +146,16 @@ def run(config_file, backend, data, model, optimizer_model, target_model, base_u
     if not (quiet or as_json):
         verb = "resuming" if existing else "started"
         click.echo(f"{verb} run {rid} in {store.display_url}")
+    train_and_report(trainer, as_json)
+
+
+def train_and_report(trainer, as_json: bool = False) -> None:
+    """Train (or resume) and print the summary; Ctrl-C leaves a resumable run."""
     try:
         result = trainer.train()
     except KeyboardInterrupt:
-        raise click.ClickException(f"interrupted; resume with: skillstate run --run-id {rid}") from None
+        raise click.ClickException(
+            f"interrupted; resume with: skillstate run --run-id {trainer.run_id}") from None
     if as_json:
         echo_json(result.summary)
     else:
@@ -172,9 +178,7 @@ def resume(run_id, quiet, db) -> None:
 
     store = store_for(db)
     row = store.require_run(run_id)
-    result = Trainer(store=store, run_id=row.run_id, on_progress=None if quiet else ProgressPrinter()).train()
-    click.echo("")
-    click.echo(summary_text(result.summary))
+    train_and_report(Trainer(store=store, run_id=row.run_id, on_progress=None if quiet else ProgressPrinter()))
 
 
 # --- reading runs ------------------------------------------------------------------
@@ -213,10 +217,12 @@ def _step_of(stored) -> int | None:
 @cli.command()
 @click.argument("run_id", required=False)
 @click.option("--step", help="Only the events of this step (5 or step_5).")
+@click.option("--lineage", is_flag=True, help="For a fork, start with the parent's events it inherits.")
 @click.option("--json", "as_json", is_flag=True, help="Print the events as a JSON array.")
 @db_option
-def log(run_id, step, as_json, db) -> None:
-    """Show the event stream of a run (its own events; a fork's parent prefix is in the parent's log).
+def log(run_id, step, lineage, as_json, db) -> None:
+    """Show the event stream of a run: its own events, or with --lineage
+    also the parent prefix a fork inherits.
 
     \b
     Examples:
@@ -228,7 +234,8 @@ def log(run_id, step, as_json, db) -> None:
     store = store_for(db)
     loaded = load_run(store, run_id)
     wanted = step_arg(step)
-    events = [s for s in loaded.own if wanted is None or _step_of(s) == wanted]
+    source = loaded.lineage if lineage else loaded.own
+    events = [s for s in source if wanted is None or _step_of(s) == wanted]
     if wanted is not None and not events:
         raise UserError(f"run {loaded.run_id!r} has no events for step {wanted}")
     if as_json:
@@ -238,7 +245,9 @@ def log(run_id, step, as_json, db) -> None:
         return
     for s in events:
         st = _step_of(s)
-        click.echo(f"{s.seq:>5}  {s.type:18} {'' if st is None else 'step ' + str(st):>8}  {event_summary(s.event)}")
+        who = f"{s.run_id}:" if lineage else ""
+        click.echo(f"{who}{s.seq:>5}  {s.type:18} {'' if st is None else 'step ' + str(st):>8}  "
+                   f"{event_summary(s.event)}")
 
 
 @cli.command()
@@ -372,9 +381,35 @@ def fork(args, lr, edit_budget, epochs, assignments, new_run_id, no_run, quiet, 
     click.echo(f"forked {child} from {parent} at step {parse_step(step)}")
     if no_run:
         return
-    result = Trainer(store=store, run_id=child, on_progress=None if quiet else ProgressPrinter()).train()
-    click.echo("")
-    click.echo(summary_text(result.summary))
+    train_and_report(Trainer(store=store, run_id=child, on_progress=None if quiet else ProgressPrinter()))
+
+
+@cli.command()
+@click.argument("args", nargs=-1, required=True, metavar="[RUN] TEXT")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@db_option
+def why(args, as_json, db) -> None:
+    """Explain why TEXT is in the skill: the step that added it, the kept
+    edit, the analysts that proposed it and the failures they saw.
+
+    \b
+    Examples:
+        skillstate why "order of operations"
+        skillstate why my-run "single word"
+        skillstate why -- "- Keep answers short."   # text that starts with -
+    """
+    from skillstate.provenance import explain
+
+    if len(args) > 2:
+        raise UserError('why takes [RUN] TEXT (quote the text: skillstate why "some words")')
+    run_id, text = (None, args[0]) if len(args) == 1 else args
+    info = explain(store_for(db), run_id, text)
+    if as_json:
+        echo_json(info)
+        return
+    from skillstate.cli.render import why_text
+
+    click.echo(why_text(info))
 
 
 @cli.command()

@@ -146,3 +146,33 @@ def event_summary(ev: Event) -> str:
     if t == "RunCompleted":
         return f"best {fmt(ev.best_score)} at step {ev.best_step}"
     return ""
+
+
+def why_text(info: dict[str, Any]) -> str:
+    where = [name for name, key in (("initial", "in_initial_skill"), ("current", "in_current_skill"),
+                                    ("best", "in_best_skill")) if info[key]]
+    lines = [f"run {info['run_id']}: {info['text']!r} is in the "
+             + (" and ".join(where) + " skill" if where else "no skill of this run (initial, current or best)")]
+    for c in info["changes"]:
+        lines.append(f"  step {c['step']} (epoch {c['epoch']}): {c['change']} by an {c['decision']} ({c['reason']})")
+    origin = info["origin"]
+    if origin is None:
+        if info["in_current_skill"] and info["in_initial_skill"]:
+            lines.append("  it was in the initial skill and no accepted step removed it")
+        return "\n".join(lines)
+    lines.append(f"step {origin['step']} kept:")
+    for e in origin["kept_edits"]:
+        lines.append(f"  [{e['status']}] {e['op']} ({e['source']}, support {e['support']}): "
+                     f"{(e['content'] or e['target'])[:100]}")
+    for p in origin["proposed_by"]:
+        lines.append(f"proposed by the {p['source']} analyst, minibatch {p['minibatch']}:")
+        for s in p["failure_summary"]:
+            lines.append(f"  pattern: {s}")
+        if p["reasoning"]:
+            lines.append(f"  reasoning: {p['reasoning'][:200]}")
+        for item in p["items"][:10]:
+            reason = item["fail_reason"] or "solved"
+            lines.append(f"  - {item['item_id']} [{item['task_type']}] {reason[:90]}")
+        if len(p["items"]) > 10:
+            lines.append(f"  ... {len(p['items']) - 10} more items")
+    return "\n".join(lines)

@@ -147,3 +147,31 @@ def test_resume_with_a_changed_setting_is_refused(cli_db, runner):
 def test_rerunning_a_completed_run_only_prints_its_summary(cli_db, runner):
     out = call(runner, "run", "--run-id", "base", "--db", cli_db).output
     assert "resuming run base" in out and "step 1/" not in out and "completed" in out
+
+
+def test_why_traces_a_sentence_to_its_step_and_analysts(cli_db, runner):
+    history = json.loads(call(runner, "show", "--json", "--db", cli_db).output)
+    assert history["new_best"] >= 1
+    # the harmful line of the initial skill: removed by some accepted step, or still there
+    info = json.loads(call(runner, "why", "single word", "--json", "--db", cli_db).output)
+    assert info["in_initial_skill"] is True
+    assert all(c["change"] in ("added", "removed") for c in info["changes"])
+    # a line the run added: pick one from the diff between the baseline and the end
+    added = [ln[1:] for ln in call(runner, "diff", "0", "6", "--db", cli_db).output.splitlines()
+             if ln.startswith("+") and not ln.startswith("+++")]
+    assert added
+    info = json.loads(call(runner, "why", "--json", "--db", cli_db, "--", "base", added[0]).output)
+    assert info["in_current_skill"] and not info["in_initial_skill"]
+    origin = info["origin"]
+    assert origin and info["changes"][-1] == {**info["changes"][-1], "change": "added", "step": origin["step"]}
+    assert any(added[0].strip() in e["content"] or e["content"].strip() in added[0] for e in origin["kept_edits"])
+    assert origin["proposed_by"] and origin["proposed_by"][0]["items"]
+    text = call(runner, "why", "--db", cli_db, "--", added[0]).output
+    assert f"step {origin['step']} kept:" in text and "proposed by the" in text
+
+
+def test_log_lineage_of_a_fork_starts_with_the_parent(cli_db, runner):
+    call(runner, "fork", "base", "2", "--run-id", "kid", "--no-run", "--db", cli_db)
+    rows = json.loads(call(runner, "log", "kid", "--lineage", "--json", "--db", cli_db).output)
+    assert rows[0]["run_id"] == "base" and rows[-1]["run_id"] == "kid" and rows[-1]["type"] == "RunForked"
+    assert rows[-1]["prev_hash"] == rows[-2]["hash"]

@@ -170,3 +170,13 @@ def test_identical_candidate_is_served_from_the_score_cache(tmp_path):
     evaluated = [e for e in events if e.type == "CandidateEvaluated"]
     assert evaluated and all(e.cached and e.usage_by_role == {} for e in evaluated)
     assert all(e.decision == "reject" for e in events if e.type == "GateDecided")
+
+
+def test_run_fork_audit_and_verify_on_every_backend(any_store):
+    result = Trainer(small_config(num_epochs=1), store=any_store, run_id="r").train()
+    assert result.state.completed and result.best_score >= result.baseline_score
+    child = Trainer(store=any_store, run_id="r").fork(2, {"lr_scheduler": "constant"}, "c").train()
+    assert child.state.completed and child.state.parent_run_id == "r"
+    for run in ("r", "c"):
+        assert audit(any_store, run).ok
+        assert verify(any_store, run).ok
