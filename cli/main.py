@@ -11,8 +11,11 @@ import click
 
 from skillstate import __version__
 from skillstate.config import build_config, parse_assignment
-from skillstate.errors import ConcurrencyError, SkillstateError, UserError
-from skillstate.store import DEFAULT_DB, Store, open_store
+from sqlalchemy.exc import SQLAlchemyError
+
+from skillstate.config import redact
+from skillstate.errors import ConcurrencyError, CorruptLogError, SkillstateError, UserError
+from skillstate.store import DEFAULT_DB, open_store
 from skillstate.util import parse_step
 
 from skillstate.cli.render import ProgressPrinter, event_summary, fmt, run_rows, summary_text
@@ -32,10 +35,14 @@ class Group(click.Group):
             raise
         except UserError as err:
             raise CLIError(str(err)) from None
-        except ConcurrencyError as err:
-            raise click.ClickException(str(err)) from None
+        except (ConcurrencyError, CorruptLogError) as err:
+            raise click.ClickException(f"{err} (run `skillstate audit` for details)"
+                                       if isinstance(err, CorruptLogError) else str(err)) from None
         except SkillstateError as err:
             raise click.ClickException(f"{type(err).__name__}: {err}") from None
+        except SQLAlchemyError as err:
+            first = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
+            raise click.ClickException(f"database error: {redact(first)}") from None
 
 
 def db_option(fn):
@@ -54,10 +61,6 @@ def parse_sets(assignments: tuple[str, ...]) -> dict[str, Any]:
         key, value = parse_assignment(text)
         out[key] = value
     return out
-
-
-def store_for(db: str) -> Store:
-    return open_store(db)
 
 
 def step_arg(value: str | None) -> int | None:
@@ -137,7 +140,7 @@ def run(config_file, backend, data, model, optimizer_model, target_model, base_u
         overrides["target.model"] = target_model
     overrides.update(parse_sets(assignments))
 
-    store = store_for(db)
+    store = open_store(db)
     existing = run_id is not None and store.get_run(run_id) is not None
     base = dict(load_run(store, run_id).state.config) if existing else None
     config = build_config(config_file, overrides, base=base)
@@ -176,7 +179,7 @@ def resume(run_id, quiet, db) -> None:
     """
     from skillstate.trainer import Trainer
 
-    store = store_for(db)
+    store = open_store(db)
     row = store.require_run(run_id)
     train_and_report(Trainer(store=store, run_id=row.run_id, on_progress=None if quiet else ProgressPrinter()))
 
@@ -194,7 +197,7 @@ def runs(as_json, db) -> None:
     Example:
         skillstate runs --json
     """
-    store = store_for(db)
+    store = open_store(db)
     rows = run_rows(store, store.list_runs())
     if as_json:
         echo_json(rows)
@@ -231,7 +234,7 @@ def log(run_id, step, lineage, as_json, db) -> None:
     """
     from skillstate.engine.runner import load_run
 
-    store = store_for(db)
+    store = open_store(db)
     loaded = load_run(store, run_id)
     wanted = step_arg(step)
     source = loaded.lineage if lineage else loaded.own
@@ -268,7 +271,7 @@ def show(run_id, step, as_json, db) -> None:
     from skillstate.history import run_summary
     from skillstate.cli.steps import step_detail
 
-    store = store_for(db)
+    store = open_store(db)
     loaded = load_run(store, run_id)
     if step is None:
         summary = run_summary(store, loaded)
@@ -308,7 +311,7 @@ def replay(run_id, to_step, verify, as_json, db) -> None:
         skillstate replay my-run --to-step step_0 --json
         skillstate replay --verify
     """
-    store = store_for(db)
+    store = open_store(db)
     if verify == (to_step is not None):
         raise UserError("replay needs exactly one of --to-step N or --verify")
     if verify:
@@ -375,7 +378,7 @@ def fork(args, lr, edit_budget, epochs, assignments, new_run_id, no_run, quiet, 
     overrides = {k: v for k, v in {"lr_scheduler": lr, "edit_budget": edit_budget, "num_epochs": epochs}.items()
                  if v is not None}
     overrides.update(parse_sets(assignments))
-    store = store_for(db)
+    store = open_store(db)
     parent = store.require_run(run_id).run_id
     child = fork_run(store, parent, parse_step(step), overrides, new_run_id)
     click.echo(f"forked {child} from {parent} at step {parse_step(step)}")
@@ -403,7 +406,7 @@ def why(args, as_json, db) -> None:
     if len(args) > 2:
         raise UserError('why takes [RUN] TEXT (quote the text: skillstate why "some words")')
     run_id, text = (None, args[0]) if len(args) == 1 else args
-    info = explain(store_for(db), run_id, text)
+    info = explain(open_store(db), run_id, text)
     if as_json:
         echo_json(info)
         return
@@ -428,7 +431,7 @@ def audit(run_id, as_json, db) -> None:
     """
     from skillstate.audit import audit as run_audit
 
-    report = run_audit(store_for(db), run_id)
+    report = run_audit(open_store(db), run_id)
     if as_json:
         echo_json({"run_id": report.run_id, "ok": report.ok, "events": report.events, "problems": report.problems})
     elif report.ok:
@@ -453,7 +456,7 @@ def export(run_id, step, best, output, db) -> None:
     """
     from skillstate.history import skill_at
 
-    _, text = skill_at(store_for(db), run_id, step_arg(step), best=best)
+    _, text = skill_at(open_store(db), run_id, step_arg(step), best=best)
     if output:
         try:
             Path(output).write_text(text, encoding="utf-8")
@@ -478,7 +481,7 @@ def diff(args, db) -> None:
     if len(args) not in (2, 3):
         raise UserError("diff takes [RUN] STEP_A STEP_B")
     run_id, a, b = (None, *args) if len(args) == 2 else args
-    _, text = skill_diff(store_for(db), run_id, parse_step(a), parse_step(b))
+    _, text = skill_diff(open_store(db), run_id, parse_step(a), parse_step(b))
     click.echo(text or "(no difference)", nl=not text.endswith("\n"))
 
 

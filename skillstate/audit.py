@@ -173,7 +173,7 @@ def verify(store: Store, run_id: str | None) -> VerifyReport:
     for s in loaded.lineage[: inherited + 1]:  # the parent's prefix and the run's own first event are inputs
         state = reduce(state, s.event)
     log = VerifyLog(own[1:])
-    ctx = build_context(store, loaded.run_id, state, config_of(state), log, verify=True)
+    ctx = build_context(store, loaded.run_id, state, config_of(state), log, verify_until=own[-1].created_at)
     try:
         drive(ctx, state)
         if not log.exhausted:

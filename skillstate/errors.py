@@ -26,6 +26,10 @@ class NotFoundError(UserError):
     """An unknown run, or a step beyond the end of a run."""
 
 
+class CorruptLogError(SkillstateError):
+    """The log holds an event that cannot be read or cannot follow the ones before it."""
+
+
 class ConcurrencyError(SkillstateError):
     """Another writer appended to the same run first."""
 

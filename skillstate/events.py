@@ -15,6 +15,8 @@ from typing import Any, Callable, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from skillstate.errors import CorruptLogError
+
 
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -316,8 +318,8 @@ Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 UPCASTERS: dict[tuple[str, int], Upcaster] = {}
 
 
-class UnknownEventError(ValueError):
-    pass
+class UnknownEventError(CorruptLogError, ValueError):
+    """An event type or version this skillstate cannot read."""
 
 
 def register(cls: type[Event]) -> type[Event]:

@@ -56,9 +56,8 @@ def replay(store: Store, run_id: str | None, to_step: int) -> Snapshot:
 
 
 def skill_at(store: Store, run_id: str | None, step: int | None = None, best: bool = False) -> tuple[str, str]:
-    """(run_id, skill text): the current (or best) skill after `step`; with no
-    step, the run's best skill so far (or its current one if best is False
-    and a step is given)."""
+    """(run_id, skill text). With a step: the current skill after it, or the
+    best one so far with `best`. Without a step: the run's best skill."""
     loaded = load_run(store, run_id)
     if step is None:
         state = loaded.state

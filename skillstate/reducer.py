@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Iterable, Mapping
 
 from skillstate import gate as gate_rules
+from skillstate.errors import CorruptLogError
 from skillstate.events import (
     BaselineEvaluated, CandidateBuilt, CandidateEvaluated, EditsSelected, Event, GateDecided, PatchesMerged,
     PatchProposed, RolloutCompleted, RunCompleted, RunForked, RunStarted, Scores, StepStarted, TestEvaluated, Usage,
@@ -31,7 +32,7 @@ STAGE_OF = {
 }
 
 
-class FoldError(ValueError):
+class FoldError(CorruptLogError, ValueError):
     """An event that cannot follow the events before it."""
 
 

@@ -132,14 +132,15 @@ def make_engine(url: str) -> Engine:
     except ArgumentError:
         raise UserError(f"not a database URL: {url!r} (example: sqlite:///skillstate.db)") from None
     if parsed.get_backend_name() == "sqlite":
+        if parsed.database in (None, "", ":memory:"):
+            raise UserError("an in-memory SQLite database is not supported (the engine reads it from several "
+                            "threads); use a file, e.g. sqlite:///skillstate.db")
         engine = create_engine(parsed, connect_args={"timeout": 30, "check_same_thread": False})
-        in_memory = parsed.database in (None, "", ":memory:")
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _record):  # pragma: no cover - trivial
             cur = dbapi_conn.cursor()
-            if not in_memory:
-                cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
@@ -309,7 +310,7 @@ class Store:
     # -- LLM calls --------------------------------------------------------
 
     def find_call(self, request_hash: str, *, run_ids: list[str] | None = None,
-                  include_errors: bool = False) -> CallRow | None:
+                  include_errors: bool = False, before: dt.datetime | None = None) -> CallRow | None:
         query = select(llm_calls.c.request_hash, llm_calls.c.response, llm_calls.c.error,
                        llm_calls.c.prompt_tokens, llm_calls.c.completion_tokens).where(
             llm_calls.c.request_hash == request_hash)
@@ -317,6 +318,8 @@ class Store:
             query = query.where(llm_calls.c.run_id.in_(run_ids))
         if not include_errors:
             query = query.where(llm_calls.c.ok.is_(True))
+        if before is not None:
+            query = query.where(llm_calls.c.created_at <= before)
         query = query.order_by(llm_calls.c.ok.desc(), llm_calls.c.id).limit(1)
         with self.engine.connect() as conn:
             row = conn.execute(query).first()

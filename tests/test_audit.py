@@ -105,3 +105,18 @@ def test_verify_names_the_first_divergence(run_db):
     assert res.exit_code == 1 and f"diverges at event {first_patch}" in res.output
     assert audit(store, "r").ok  # the event log itself is intact; only the call table was changed
     assert sel.step == 1
+
+
+def test_reading_commands_on_a_corrupt_log_fail_in_one_line(run_db):
+    store, url = run_db
+    from skillstate.store import event_hash
+
+    last = store.read_events("r")[-1]
+    with store.engine.begin() as conn:
+        conn.execute(events.insert().values(
+            run_id="r", seq=last.seq + 1, type="Mystery", version=1, payload="{}", prev_hash=last.hash,
+            hash=event_hash(last.hash, "r", last.seq + 1, "Mystery", 1, "{}"), created_at=last.created_at))
+    for cmd in (["replay", "r", "--to-step", "1"], ["show", "r"], ["export", "r"], ["runs"]):
+        res = CliRunner().invoke(cli, [*cmd, "--db", url])
+        assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+        assert res.output.startswith("Error: unknown event type 'Mystery'") and len(res.output.splitlines()) == 1

@@ -73,11 +73,9 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
     return "gate"
 
 
-def drive(ctx: RunContext, state: RunState, stop: Callable[[RunState], bool] | None = None) -> RunState:
-    """Run stages until the run is complete (or `stop(state)` says so)."""
+def drive(ctx: RunContext, state: RunState) -> RunState:
+    """Run stages until the run is complete."""
     while (name := next_stage(ctx, state)) is not None:
-        if stop is not None and stop(state):
-            break
         ctx.report("stage", name, state)
         events = STAGES[name](ctx, state)
         stored = ctx.log.append(events, ctx.take_blobs())
@@ -158,8 +156,10 @@ BackendFactory = Callable[[SkillConfig, SkillEnv, str], LLMClient]
 
 
 def build_context(store: Store, run_id: str, state: RunState, config: SkillConfig, log: RunLog, *,
-                  on_progress: ProgressCallback | None = None, verify: bool = False,
+                  on_progress: ProgressCallback | None = None, verify_until=None,
                   backend_factory: BackendFactory | None = None) -> RunContext:
+    """The context a run executes in. With `verify_until` (a timestamp) there
+    is no backend: LLM responses come only from calls recorded until then."""
     env = env_of(store, state)
     prompts = {name: store.get_blob(h) for name, h in state.prompts.items()}
     scope = None if config.llm_cache == "all" else lineage_run_ids(store, run_id)
@@ -167,8 +167,9 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
     clients = {}
     for role in ("target", "optimizer"):
         config.model_for(role)  # a missing model is a user error before anything runs
-        backend = None if verify else factory(config, env, role)
-        clients[role] = RecordingClient(backend, store, run_id=run_id, role=role, run_ids=scope)
+        backend = None if verify_until is not None else factory(config, env, role)
+        clients[role] = RecordingClient(backend, store, run_id=run_id, role=role, run_ids=scope,
+                                        before=verify_until)
     return RunContext(store=store, run_id=run_id, config=config, env=env, prompts=prompts, clients=clients,
                       log=log, on_progress=on_progress)
 
@@ -255,11 +256,13 @@ def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, A
     config = validate_config(merge_overrides(dict(state.config), overrides))
     prompts = dict(state.prompts)
     blobs: dict[str, str] = {}
-    if config.prompts != dict(state.config.get("prompts", {})):
-        for name, text in resolve_prompts(config.prompts).items():
-            h = sha256_text(text)
-            if name in config.prompts:
-                prompts[name], blobs[h] = h, text
+    inherited = dict(state.config.get("prompts", {}))
+    changed = {k: v for k, v in config.prompts.items() if inherited.get(k) != v}
+    if changed:
+        texts = resolve_prompts(changed)
+        for name in changed:
+            h = sha256_text(texts[name])
+            prompts[name], blobs[h] = h, texts[name]
     spe = steps_per_epoch(state.dataset[config.train_split]["count"], config.batch_size)
     total = spe * config.num_epochs
     if total < step:
@@ -311,8 +314,8 @@ def with_runtime(stored: SkillConfig, runtime: SkillConfig) -> SkillConfig:
 
 
 def continue_run(store: Store, run_id: str, *, runtime: SkillConfig | None = None,
-                 on_progress: ProgressCallback | None = None, backend_factory: BackendFactory | None = None,
-                 stop: Callable[[RunState], bool] | None = None) -> RunState:
+                 on_progress: ProgressCallback | None = None,
+                 backend_factory: BackendFactory | None = None) -> RunState:
     """Run (or resume) `run_id` until it completes."""
     loaded = load_run(store, run_id)
     config = config_of(loaded.state)
@@ -322,7 +325,7 @@ def continue_run(store: Store, run_id: str, *, runtime: SkillConfig | None = Non
     ctx = build_context(store, run_id, loaded.state, config, StoreLog(store, run_id, seq, last_hash),
                         on_progress=on_progress, backend_factory=backend_factory)
     try:
-        return drive(ctx, loaded.state, stop)
+        return drive(ctx, loaded.state)
     except FatalLLMError as err:
         raise UserError(str(err)) from None
     finally:

@@ -77,7 +77,7 @@ def score_answer(prediction: str, answers: list[str]) -> tuple[float, float, str
         return 0.0, soft, "empty_answer"
     padded = f" {pred} "
     if any(pred == g or f" {g} " in padded for g in golds):
-        return 1.0, max(soft, 1.0 if pred in golds else soft), ""
+        return 1.0, soft, ""
     return 0.0, soft, f"wrong_answer: expected {answers[0]!r}, got {prediction.strip()[:200]!r}"
 
 

@@ -19,19 +19,20 @@ from skillstate.store import Store
 
 class RecordingClient:
     def __init__(self, backend: LLMClient | None, store: Store, *, run_id: str, role: str,
-                 run_ids: list[str] | None = None):
+                 run_ids: list[str] | None = None, before=None):
         self.backend = backend
         self.store = store
         self.run_id = run_id
         self.role = role
         self.run_ids = run_ids  # None: any run in the database
+        self.before = before  # verify: only calls recorded before the run's last event
         self.sent = 0
         self.served = 0
 
     def complete(self, request: ChatRequest) -> CallResult:
         h = request.hash
         verify = self.backend is None
-        row = self.store.find_call(h, run_ids=self.run_ids, include_errors=verify)
+        row = self.store.find_call(h, run_ids=self.run_ids, include_errors=verify, before=self.before)
         if row is not None:
             self.served += 1
             if row.error is not None:
