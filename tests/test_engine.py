@@ -11,7 +11,7 @@ from skillstate.engine.runner import lineage_events
 from skillstate.store import Store
 from skillstate.trainer import Trainer
 
-from conftest import Recorder, scripted_factory, small_config
+from conftest import scripted_factory, small_config
 
 
 def _payloads(store, run_id):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import socket
 
-import pytest
 from click.testing import CliRunner
 from sqlalchemy import MetaData, select
 

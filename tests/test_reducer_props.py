@@ -10,7 +10,7 @@ from skillstate.engine.runner import lineage_events, state_of, step_boundary
 from skillstate.reducer import RunState, fold, reduce
 from skillstate.trainer import Trainer
 
-from conftest import Recorder
+
 
 
 def test_engine_state_is_the_fold_of_its_log(finished_run):

@@ -1,0 +1,274 @@
+"""Commands that read runs back, with no LLM call: runs, log, show, replay,
+why, audit, export, diff."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from skillstate.errors import UserError
+from skillstate.store import open_store
+from skillstate.util import parse_step
+
+from skillstate.cli.app import cli, db_option, echo_json, step_arg
+from skillstate.cli.render import event_summary, fmt, run_rows, summary_text
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@db_option
+def runs(as_json, db) -> None:
+    """List the runs in the database.
+
+    \b
+    Example:
+        skillstate runs --json
+    """
+    store = open_store(db)
+    rows = run_rows(store, store.list_runs())
+    if as_json:
+        echo_json(rows)
+        return
+    if not rows:
+        click.echo("no runs yet; start one with: skillstate run")
+        return
+    click.echo(f"{'run':32} {'parent':>28} {'status':>14} {'baseline':>9} {'best':>7} {'at':>4}")
+    for r in rows:
+        parent = f"{r['parent_run_id']}@{r['fork_step']}" if r["parent_run_id"] else ""
+        click.echo(f"{r['run_id']:32} {parent:>28} {r['status']:>14} {fmt(r['baseline_score']):>9} "
+                   f"{fmt(r['best_score']):>7} {r['best_step']:>4}")
+
+
+def _step_of(stored) -> int | None:
+    payload = json.loads(stored.payload)
+    return payload.get("step")
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--step", help="Only the events of this step (5 or step_5).")
+@click.option("--lineage", is_flag=True, help="For a fork, start with the parent's events it inherits.")
+@click.option("--json", "as_json", is_flag=True, help="Print the events as a JSON array.")
+@db_option
+def log(run_id, step, lineage, as_json, db) -> None:
+    """Show the event stream of a run: its own events, or with --lineage
+    also the parent prefix a fork inherits.
+
+    \b
+    Examples:
+        skillstate log
+        skillstate log my-run --step 3 --json
+    """
+    from skillstate.engine.runner import load_run
+
+    store = open_store(db)
+    loaded = load_run(store, run_id)
+    wanted = step_arg(step)
+    source = loaded.lineage if lineage else loaded.own
+    events = [s for s in source if wanted is None or _step_of(s) == wanted]
+    if wanted is not None and not events:
+        raise UserError(f"run {loaded.run_id!r} has no events for step {wanted}")
+    if as_json:
+        echo_json([{"run_id": s.run_id, "seq": s.seq, "type": s.type, "version": s.version, "hash": s.hash,
+                    "prev_hash": s.prev_hash, "created_at": s.created_at, "payload": json.loads(s.payload)}
+                   for s in events])
+        return
+    for s in events:
+        st = _step_of(s)
+        who = f"{s.run_id}:" if lineage else ""
+        click.echo(f"{who}{s.seq:>5}  {s.type:18} {'' if st is None else 'step ' + str(st):>8}  "
+                   f"{event_summary(s.event)}")
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--step", help="Show this step in detail (5 or step_5).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@db_option
+def show(run_id, step, as_json, db) -> None:
+    """Summarize a run, or one step of it: batch, patches, kept edits with
+    their apply status, scores and the gate's decision.
+
+    \b
+    Examples:
+        skillstate show
+        skillstate show --step 4
+    """
+    from skillstate.engine.runner import load_run
+    from skillstate.history import run_summary
+    from skillstate.cli.steps import step_detail
+
+    store = open_store(db)
+    loaded = load_run(store, run_id)
+    if step is None:
+        summary = run_summary(store, loaded)
+        if as_json:
+            echo_json(summary)
+        else:
+            click.echo(summary_text(summary))
+            click.echo("")
+            click.echo("step  epoch  budget  decision      candidate  current  best")
+            for rec in loaded.state.history:
+                click.echo(f"{rec.step:>4}  {rec.epoch:>5}  {rec.edit_budget:>6}  {rec.decision:12}  "
+                           f"{fmt(rec.candidate_score):>9}  {fmt(rec.current_score):>7}  {fmt(rec.best_score):>5}")
+        return
+    detail = step_detail(store, loaded, parse_step(step))
+    if as_json:
+        echo_json(detail)
+    else:
+        from skillstate.cli.steps import step_text
+
+        click.echo(step_text(detail))
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--to-step", help="Fold the log up to the end of this step (0 = baseline).")
+@click.option("--verify", is_flag=True, help="Re-execute the run against its recorded LLM responses.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@db_option
+def replay(run_id, to_step, verify, as_json, db) -> None:
+    """Rebuild the state after a step from the log, with no LLM call; or,
+    with --verify, re-run the engine's logic on the recorded responses and
+    check it produces the same events.
+
+    \b
+    Examples:
+        skillstate replay --to-step 7
+        skillstate replay my-run --to-step step_0 --json
+        skillstate replay --verify
+    """
+    store = open_store(db)
+    if verify == (to_step is not None):
+        raise UserError("replay needs exactly one of --to-step N or --verify")
+    if verify:
+        from skillstate.audit import verify as run_verify
+
+        report = run_verify(store, run_id)
+        if as_json:
+            echo_json({"run_id": report.run_id, "ok": report.ok, "checked": report.checked, "total": report.total,
+                       "divergence": report.divergence, "seq": report.seq})
+        elif report.ok:
+            click.echo(f"run {report.run_id}: re-execution reproduces all {report.total} events")
+        if not report.ok:
+            raise click.ClickException(f"run {report.run_id}: diverges at event {report.seq}: {report.divergence}")
+        return
+    from skillstate.history import replay as run_replay
+
+    snap = run_replay(store, run_id, parse_step(to_step))
+    if as_json:
+        echo_json(snap.to_json())
+        return
+    s, rec = snap.state, snap.record
+    click.echo(f"run {snap.run_id} after step {snap.step} (of {s.total_steps})")
+    if rec:
+        click.echo(f"decision: {rec.decision} ({rec.reason}), budget {rec.edit_budget}, epoch {rec.epoch}")
+    else:
+        click.echo("decision: baseline")
+    click.echo(f"current score {fmt(s.current_score)}, best score {fmt(s.best_score)} at step {s.best_step}")
+    click.echo(f"accepted {s.count('accept', 'accept_best')}, rejected {s.count('reject')}, skipped {s.count('skip')}")
+    click.echo("\n--- current skill ---")
+    click.echo(snap.current_skill.rstrip("\n"))
+    if snap.best_skill != snap.current_skill:
+        click.echo("\n--- best skill ---")
+        click.echo(snap.best_skill.rstrip("\n"))
+
+
+@cli.command()
+@click.argument("args", nargs=-1, required=True, metavar="[RUN] TEXT")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@db_option
+def why(args, as_json, db) -> None:
+    """Explain why TEXT is in the skill: the step that added it, the kept
+    edit, the analysts that proposed it and the failures they saw.
+
+    \b
+    Examples:
+        skillstate why "order of operations"
+        skillstate why my-run "single word"
+        skillstate why -- "- Keep answers short."   # text that starts with -
+    """
+    from skillstate.provenance import explain
+
+    if len(args) > 2:
+        raise UserError('why takes [RUN] TEXT (quote the text: skillstate why "some words")')
+    run_id, text = (None, args[0]) if len(args) == 1 else args
+    info = explain(open_store(db), run_id, text)
+    if as_json:
+        echo_json(info)
+        return
+    from skillstate.cli.render import why_text
+
+    click.echo(why_text(info))
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@db_option
+def audit(run_id, as_json, db) -> None:
+    """Check a run's log: hash chain, contiguous sequence, known event types,
+    blobs, a fold without error and, for a fork, its parent's prefix.
+
+    Exits 0 when the log is intact, 1 naming the first bad event otherwise.
+
+    \b
+    Example:
+        skillstate audit my-run
+    """
+    from skillstate.audit import audit as run_audit
+
+    report = run_audit(open_store(db), run_id)
+    if as_json:
+        echo_json({"run_id": report.run_id, "ok": report.ok, "events": report.events, "problems": report.problems})
+    elif report.ok:
+        click.echo(f"run {report.run_id}: {report.events} events, hash chain and invariants intact")
+    if not report.ok:
+        raise click.ClickException(report.problems[0])
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--step", help="The skill after this step (default: the end of the run).")
+@click.option("--best", is_flag=True, help="The best skill rather than the current one.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write to FILE.")
+@db_option
+def export(run_id, step, best, output, db) -> None:
+    """Print (or write) a skill as markdown. Default: the run's best skill.
+
+    \b
+    Examples:
+        skillstate export -o skill.md
+        skillstate export my-run --step 3
+    """
+    from skillstate.history import skill_at
+
+    _, text = skill_at(open_store(db), run_id, step_arg(step), best=best)
+    if output:
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as err:
+            raise UserError(f"cannot write {output}: {err.strerror or err}") from None
+    else:
+        click.echo(text, nl=not text.endswith("\n"))
+
+
+@cli.command()
+@click.argument("args", nargs=-1, required=True, metavar="[RUN] STEP_A STEP_B")
+@db_option
+def diff(args, db) -> None:
+    """Unified diff of the current skill between two steps.
+
+    \b
+    Example:
+        skillstate diff 0 4
+    """
+    from skillstate.history import skill_diff
+
+    if len(args) not in (2, 3):
+        raise UserError("diff takes [RUN] STEP_A STEP_B")
+    run_id, a, b = (None, *args) if len(args) == 2 else args
+    _, text = skill_diff(open_store(db), run_id, parse_step(a), parse_step(b))
+    click.echo(text or "(no difference)", nl=not text.endswith("\n"))

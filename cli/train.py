@@ -1,0 +1,150 @@
+"""Commands that train: run, resume, fork."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from skillstate.config import build_config
+from skillstate.errors import UserError
+from skillstate.store import open_store
+from skillstate.util import parse_step
+
+from skillstate.cli.app import cli, db_option, echo_json, parse_sets, set_option
+from skillstate.cli.render import ProgressPrinter, summary_text
+
+
+@cli.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML or TOML config file.")
+@click.option("--backend", type=click.Choice(["sim", "openai"]), help="LLM backend for both roles.")
+@click.option("--data", type=click.Path(), help="Dataset directory (train/val/test .jsonl).")
+@click.option("--model", help="Model for both roles.")
+@click.option("--optimizer-model", help="Model of the optimizer (reflect, merge, rank).")
+@click.option("--target-model", help="Model of the target agent.")
+@click.option("--base-url", help="OpenAI-compatible endpoint for both roles.")
+@click.option("--run-id", help="Run id; an existing id resumes that run.")
+@click.option("--epochs", type=int, help="num_epochs.")
+@click.option("--batch-size", type=int, help="batch_size.")
+@click.option("--edit-budget", type=int, help="edit_budget (max edits per step).")
+@click.option("--lr", type=click.Choice(["constant", "linear", "cosine"]), help="lr_scheduler of the edit budget.")
+@set_option
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the summary.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@db_option
+def run(config_file, backend, data, model, optimizer_model, target_model, base_url, run_id, epochs, batch_size,
+        edit_budget, lr, assignments, quiet, as_json, db) -> None:
+    """Train a skill: baseline, then rollout, reflect, aggregate, select,
+    update and gate for every step; test at the end.
+
+    With backend sim and no data, it runs the bundled simulated world
+    offline. Running again with an existing --run-id resumes that run where
+    its log ends; LLM calls already made are served from the log.
+
+    \b
+    Examples:
+        skillstate run
+        skillstate run --epochs 2 --lr linear --set gate_metric=mixed
+        skillstate run --backend openai --model gpt-4o-mini --data examples/qa
+        skillstate run --run-id my-run          # resume after a crash
+    """
+    from skillstate.engine.runner import load_run
+    from skillstate.trainer import Trainer
+
+    overrides: dict[str, Any] = {}
+    flags = {"backend": backend, "data": data, "num_epochs": epochs, "batch_size": batch_size,
+             "edit_budget": edit_budget, "lr_scheduler": lr}
+    overrides.update({k: v for k, v in flags.items() if v is not None})
+    for role in ("target", "optimizer"):
+        if model:
+            overrides[f"{role}.model"] = model
+        if base_url:
+            overrides[f"{role}.base_url"] = base_url
+    if optimizer_model:
+        overrides["optimizer.model"] = optimizer_model
+    if target_model:
+        overrides["target.model"] = target_model
+    overrides.update(parse_sets(assignments))
+
+    store = open_store(db)
+    existing = run_id is not None and store.get_run(run_id) is not None
+    base = dict(load_run(store, run_id).state.config) if existing else None
+    config = build_config(config_file, overrides, base=base)
+    trainer = Trainer(config, store=store, run_id=run_id, on_progress=None if quiet or as_json else ProgressPrinter())
+    rid = trainer.prepare()
+    if not (quiet or as_json):
+        verb = "resuming" if existing else "started"
+        click.echo(f"{verb} run {rid} in {store.display_url}")
+    train_and_report(trainer, as_json)
+
+
+def train_and_report(trainer, as_json: bool = False) -> None:
+    """Train (or resume) and print the summary; Ctrl-C leaves a resumable run."""
+    try:
+        result = trainer.train()
+    except KeyboardInterrupt:
+        raise click.ClickException(
+            f"interrupted; resume with: skillstate run --run-id {trainer.run_id}") from None
+    if as_json:
+        echo_json(result.summary)
+    else:
+        click.echo("")
+        click.echo(summary_text(result.summary))
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the summary.")
+@db_option
+def resume(run_id, quiet, db) -> None:
+    """Continue a run where its log ends (default: the latest run).
+
+    \b
+    Example:
+        skillstate resume run-20261121-101500-ab12
+    """
+    from skillstate.trainer import Trainer
+
+    store = open_store(db)
+    row = store.require_run(run_id)
+    train_and_report(Trainer(store=store, run_id=row.run_id, on_progress=None if quiet else ProgressPrinter()))
+
+
+@cli.command()
+@click.argument("args", nargs=-1, required=True, metavar="[RUN] STEP")
+@click.option("--lr", type=click.Choice(["constant", "linear", "cosine"]), help="New lr_scheduler.")
+@click.option("--edit-budget", type=int, help="New edit_budget.")
+@click.option("--epochs", type=int, help="New num_epochs.")
+@set_option
+@click.option("--run-id", "new_run_id", help="Id of the new run.")
+@click.option("--no-run", is_flag=True, help="Create the fork but do not train it yet.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the summary.")
+@db_option
+def fork(args, lr, edit_budget, epochs, assignments, new_run_id, no_run, quiet, db) -> None:
+    """Start a new run from a run's state after STEP, with other settings.
+
+    The fork records its parent and fork step and does not copy the
+    parent's events; LLM requests identical to earlier ones are served from
+    the log, so the shared part is never paid twice.
+
+    \b
+    Examples:
+        skillstate fork step_5 --lr linear
+        skillstate fork my-run 5 --edit-budget 2 --set gate_metric=mixed --run-id my-run-b
+    """
+    from skillstate.engine.runner import fork_run
+    from skillstate.trainer import Trainer
+
+    if len(args) > 2:
+        raise UserError("fork takes [RUN] STEP")
+    run_id, step = (None, args[0]) if len(args) == 1 else args
+    overrides = {k: v for k, v in {"lr_scheduler": lr, "edit_budget": edit_budget, "num_epochs": epochs}.items()
+                 if v is not None}
+    overrides.update(parse_sets(assignments))
+    store = open_store(db)
+    parent = store.require_run(run_id).run_id
+    child = fork_run(store, parent, parse_step(step), overrides, new_run_id)
+    click.echo(f"forked {child} from {parent} at step {parse_step(step)}")
+    if no_run:
+        return
+    train_and_report(Trainer(store=store, run_id=child, on_progress=None if quiet else ProgressPrinter()))
