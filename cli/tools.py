@@ -51,28 +51,25 @@ def db_upgrade(db) -> None:
     Example:
         skillstate db upgrade --db postgresql+psycopg://localhost/skills
     """
-    from skillstate.migrate import current_revision, ensure_schema, head_revision
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
 
+    from skillstate.config import redact
+    from skillstate.migrate import current_revision, ensure_schema, head_revision
     from skillstate.store import make_engine
 
     engine = make_engine(db)
+    shown = make_url(db).render_as_string(hide_password=True)
     try:
         before = current_revision(engine)
         ensure_schema(engine)
-    except Exception as err:  # connection problems are user errors here
-        if isinstance(err, UserError):
-            raise
-        raise UserError(f"cannot upgrade {_display(db)}: {str(err).splitlines()[0]}") from None
+    except SQLAlchemyError as err:  # cannot connect, cannot create: the user's URL or server
+        reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
+        raise UserError(f"cannot upgrade {shown}: {redact(reason)}") from None
     finally:
         engine.dispose()
     head = head_revision()
     if before == head:
-        click.echo(f"{_display(db)} is at the latest revision {head}")
+        click.echo(f"{shown} is at the latest revision {head}")
     else:
-        click.echo(f"{_display(db)} upgraded from {before or 'empty'} to {head}")
-
-
-def _display(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
+        click.echo(f"{shown} upgraded from {before or 'empty'} to {head}")
