@@ -70,6 +70,11 @@ def test_secrets_never_reach_the_log_or_the_output(sim_server, tmp_path):
     assert SECRET not in dump
     started = json.loads(CliRunner().invoke(cli, ["log", "s", "--json", "--db", db]).output)[0]
     assert started["payload"]["config"]["target"]["base_url"] == f"http://***@{host}:{port}/v1"
+    # a fork that sets a credential-bearing URL records it masked too
+    fork = CliRunner().invoke(cli, ["fork", "s", "1", "--run-id", "s2", "--no-run", "--set",
+                                    f"optimizer.base_url={url}", "--db", db], env={"OPENAI_API_KEY": SECRET})
+    assert fork.exit_code == 0, fork.output
+    assert SECRET not in fork.output and SECRET not in _dump(db)
 
 
 def test_rate_limits_are_retried_honouring_retry_after(sim_server):

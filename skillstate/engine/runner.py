@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from skillstate import __version__
-from skillstate.config import RUNTIME_KEYS, SkillConfig, merge_overrides, public_config, validate_config
+from skillstate.config import RUNTIME_KEYS, SkillConfig, merge_overrides, public_config, redact, validate_config
 from skillstate.engine import stages
 from skillstate.engine.context import ProgressCallback, RunContext, RunLog, StoreLog
 from skillstate.envs import QAEnv, load_dataset_dir
 from skillstate.envs.base import SkillEnv
-from skillstate.errors import ConfigError, DataError, NotFoundError, UserError
+from skillstate.errors import ConfigError, CorruptLogError, DataError, NotFoundError, UserError
 from skillstate.events import Event, GateDecided, BaselineEvaluated, RunForked, RunStarted
 from skillstate.llm.base import FatalLLMError, LLMClient
 from skillstate.llm.recording import RecordingClient
@@ -101,7 +101,7 @@ def lineage_events(store: Store, run_id: str) -> list[StoredEvent]:
         return own
     first = own[0].event
     if not isinstance(first, RunForked):
-        raise UserError(f"run {run_id!r} has a parent but does not start with RunForked")
+        raise CorruptLogError(f"run {run_id!r} has a parent but does not start with RunForked")
     return lineage_events(store, run.parent_run_id)[: first.parent_event_count] + own
 
 
@@ -136,9 +136,14 @@ def config_of(state: RunState) -> SkillConfig:
     return validate_config(dict(state.config))
 
 
+# Environment kinds by the config key `env`.
+ENVIRONMENTS: dict[str, type[SkillEnv]] = {"qa": QAEnv}
+
+
 def env_of(store: Store, state: RunState) -> SkillEnv:
+    """The run's environment, on the dataset snapshot stored in its log."""
     splits = {name: json.loads(store.get_blob(info["hash"])) for name, info in state.dataset.items()}
-    return QAEnv(splits)
+    return ENVIRONMENTS[state.config.get("env", "qa")](splits)
 
 
 def make_backend(config: SkillConfig, env: SkillEnv, role: str) -> LLMClient:
@@ -272,7 +277,8 @@ def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, A
     if store.get_run(run_id) is not None:
         raise UserError(f"run {run_id!r} already exists")
     event = RunForked(parent_run_id=parent_run_id, fork_step=step, parent_event_count=count,
-                      parent_event_hash=parent[count - 1].hash, overrides=overrides,
+                      parent_event_hash=parent[count - 1].hash,
+                      overrides={k: redact(v) if isinstance(v, str) else v for k, v in overrides.items()},
                       config=public_config(config), prompts=prompts, steps_per_epoch=spe, total_steps=total)
     store.append(run_id, [event], last_seq=0, last_hash=parent[count - 1].hash, blobs_to_put=blobs,
                  new_run={"parent_run_id": parent_run_id, "fork_step": step})
