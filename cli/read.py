@@ -41,11 +41,6 @@ def runs(as_json, db) -> None:
                    f"{fmt(r['best_score']):>7} {r['best_step']:>4}")
 
 
-def _step_of(stored) -> int | None:
-    payload = json.loads(stored.payload)
-    return payload.get("step")
-
-
 @cli.command()
 @click.argument("run_id", required=False)
 @click.option("--step", help="Only the events of this step (5 or step_5).")
@@ -67,7 +62,7 @@ def log(run_id, step, lineage, as_json, db) -> None:
     loaded = load_run(store, run_id)
     wanted = step_arg(step)
     source = loaded.lineage if lineage else loaded.own
-    events = [s for s in source if wanted is None or _step_of(s) == wanted]
+    events = [s for s in source if wanted is None or s.step == wanted]
     if wanted is not None and not events:
         raise UserError(f"run {loaded.run_id!r} has no events for step {wanted}")
     if as_json:
@@ -76,7 +71,7 @@ def log(run_id, step, lineage, as_json, db) -> None:
                    for s in events])
         return
     for s in events:
-        st = _step_of(s)
+        st = s.step
         who = f"{s.run_id}:" if lineage else ""
         click.echo(f"{who}{s.seq:>5}  {s.type:18} {'' if st is None else 'step ' + str(st):>8}  "
                    f"{event_summary(s.event)}")

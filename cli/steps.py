@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from skillstate.engine.runner import LoadedRun
@@ -17,7 +16,7 @@ def _edit(e) -> dict[str, Any]:
 
 
 def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
-    events = [s.event for s in loaded.lineage if json.loads(s.payload).get("step") == step]
+    events = [s.event for s in loaded.lineage if s.step == step]
     if not events:
         raise NotFoundError(f"step {step} is beyond the end of run {loaded.run_id!r} "
                             f"(last completed step: {loaded.state.last_completed_step})")

@@ -34,13 +34,5 @@ class ConcurrencyError(SkillstateError):
     """Another writer appended to the same run first."""
 
 
-class LLMCallError(SkillstateError):
-    """An LLM request failed after all retries."""
-
-
 class ReplayMissError(SkillstateError):
     """Verification needed an LLM response that the log does not hold."""
-
-
-class BudgetExceeded(SkillstateError):
-    """Raised internally when a run must stop at the next event boundary."""

@@ -95,7 +95,6 @@ class RunState:
     usage_by_stage: Mapping[str, Mapping[str, Usage]] = field(default_factory=lambda: EMPTY)  # stage -> role -> usage
     tests: Mapping[str, TestEvaluated] = field(default_factory=lambda: EMPTY)  # label -> event
     completed: bool = False
-    events: int = 0
 
     @property
     def started(self) -> bool:
@@ -154,7 +153,6 @@ def _regate(scores: Scores, config: Mapping) -> float:
 def reduce(state: RunState, event: Event) -> RunState:
     """Fold one event into the state."""
     state = _add_usage(state, event)
-    state = replace(state, events=state.events + 1)
 
     if isinstance(event, RunStarted):
         if state.started:

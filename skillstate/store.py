@@ -99,6 +99,11 @@ class StoredEvent:
     def event(self) -> Event:
         return decode(self.type, self.version, json.loads(self.payload))
 
+    @property
+    def step(self) -> int | None:
+        """The step the event belongs to, if any (read without decoding the event)."""
+        return json.loads(self.payload).get("step")
+
 
 @dataclass(frozen=True)
 class RunRow:

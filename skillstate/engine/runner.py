@@ -120,9 +120,9 @@ def step_boundary(stored: list[StoredEvent], step: int) -> int:
     for i, s in enumerate(stored):
         if step == 0 and s.type == BaselineEvaluated.type:
             return i + 1
-        if step > 0 and s.type == GateDecided.type and json.loads(s.payload)["step"] == step:
+        if step > 0 and s.type == GateDecided.type and s.step == step:
             return i + 1
-    last = max((json.loads(s.payload)["step"] for s in stored if s.type == GateDecided.type), default=None)
+    last = max((s.step for s in stored if s.type == GateDecided.type), default=None)
     if last is None and not any(s.type == BaselineEvaluated.type for s in stored):
         raise NotFoundError(f"step {step} is beyond the end of the run (no baseline yet)")
     raise NotFoundError(f"step {step} is beyond the end of the run (last completed step: {last or 0})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from skillstate.llm.base import CallResult, ChatRequest
+from skillstate.llm.base import CallResult
 
 Complete = Callable[[list[dict[str, str]]], CallResult]
 
@@ -50,5 +50,3 @@ class SkillEnv:
         """What the optimizer is shown about an item besides the conversation."""
         return {"id": item["id"], "task_type": item.get("task_type", "")}
 
-
-__all__ = ["ChatRequest", "Complete", "RolloutOutcome", "SkillEnv"]
