@@ -333,6 +333,7 @@ def continue_run(store: Store, run_id: str, *, runtime: SkillConfig | None = Non
     try:
         return drive(ctx, loaded.state)
     except FatalLLMError as err:
-        raise UserError(str(err)) from None
+        raise UserError(f"{err}; the run is saved: fix this and resume with "
+                        f"skillstate run --run-id {run_id}") from None
     finally:
         ctx.close()
