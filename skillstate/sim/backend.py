@@ -51,7 +51,7 @@ class SimOptimizer:
         if _between(prompt, "failure_patch") is not None:
             fail = _json(_between(prompt, "failure_patch")) or {}
             succ = _json(_between(prompt, "success_patch")) or {}
-            return self._merge([fail, succ], rng, failure_first=True)
+            return self._merge([fail, succ], rng)  # failure edits come first, so they win duplicates
         if _between(prompt, "patches") is not None:
             return self._merge(_json(_between(prompt, "patches")) or [], rng)
         if _between(prompt, "edits") is not None:
@@ -118,7 +118,7 @@ class SimOptimizer:
                 return f"rule:{key}"
         return f"{edit.get('op')}|{edit.get('target')}|{content}"
 
-    def _merge(self, patches: list[dict], rng, failure_first: bool = False) -> str:
+    def _merge(self, patches: list[dict], rng) -> str:
         if rng.random() < 0.05:
             return "Merged: keep all edits."
         seen: dict[str, dict] = {}
