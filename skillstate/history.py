@@ -9,7 +9,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
-from skillstate.engine.runner import LoadedRun, load_run, state_of, step_boundary
+from skillstate.engine.runner import LoadedRun, load_run
 from skillstate.errors import NotFoundError
 from skillstate.reducer import RunState, StepRecord, usage_totals
 from skillstate.store import Store
@@ -50,7 +50,7 @@ class Snapshot:
 def replay(store: Store, run_id: str | None, to_step: int) -> Snapshot:
     """The state after `to_step` (0 = after the baseline), folded from the log."""
     loaded = load_run(store, run_id)
-    state = state_of(loaded.lineage[: step_boundary(loaded.lineage, to_step)])
+    state = loaded.state_at(to_step)
     return Snapshot(loaded.run_id, to_step, state, store.get_blob(state.current_skill), store.get_blob(state.best_skill),
                     state.record(to_step))
 
@@ -63,7 +63,7 @@ def skill_at(store: Store, run_id: str | None, step: int | None = None, best: bo
         state = loaded.state
         best = True
     else:
-        state = state_of(loaded.lineage[: step_boundary(loaded.lineage, step)])
+        state = loaded.state_at(step)
     h = state.best_skill if best else state.current_skill
     if h is None:
         raise NotFoundError(f"run {loaded.run_id!r} has no skill yet")

@@ -308,9 +308,7 @@ class Store:
         return out
 
     def find_blob(self, blob_hash: str) -> str | None:
-        with self.engine.connect() as conn:
-            row = conn.execute(select(blobs.c.data).where(blobs.c.hash == blob_hash)).first()
-        return zlib.decompress(row[0]).decode("utf-8") if row else None
+        return self.get_blobs([blob_hash]).get(blob_hash)
 
     # -- LLM calls --------------------------------------------------------
 

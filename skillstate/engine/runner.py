@@ -292,6 +292,10 @@ class LoadedRun:
     own: list[StoredEvent]
     state: RunState
 
+    def state_at(self, step: int) -> RunState:
+        """The state after `step` (0 = after the baseline), folded from the log."""
+        return state_of(self.lineage[: step_boundary(self.lineage, step)])
+
     @property
     def log_position(self) -> tuple[int, str]:
         last = self.own[-1] if self.own else None
