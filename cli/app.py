@@ -10,7 +10,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from skillstate import __version__
 from skillstate.config import parse_assignment, redact
-from skillstate.errors import ConcurrencyError, CorruptLogError, SkillstateError, UserError
+from skillstate.errors import BudgetStop, ConcurrencyError, CorruptLogError, SkillstateError, UserError
 from skillstate.store import DEFAULT_DB
 from skillstate.util import parse_step
 
@@ -21,6 +21,12 @@ class CLIError(click.ClickException):
     exit_code = 2
 
 
+class BudgetStopped(click.ClickException):
+    """The run reached its cost budget and stopped cleanly: exit code 3."""
+
+    exit_code = 3
+
+
 class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -29,6 +35,8 @@ class Group(click.Group):
             raise
         except UserError as err:
             raise CLIError(str(err)) from None
+        except BudgetStop as err:
+            raise BudgetStopped(str(err)) from None
         except (ConcurrencyError, CorruptLogError) as err:
             raise click.ClickException(f"{err} (run `skillstate audit` for details)"
                                        if isinstance(err, CorruptLogError) else str(err)) from None
@@ -47,6 +55,12 @@ def db_option(fn):
 def set_option(fn):
     return click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE",
                         help="Set any config key, e.g. --set gate_metric=mixed (repeatable).")(fn)
+
+
+def budget_option(fn):
+    return click.option("--max-cost-usd", type=click.FloatRange(min=0, min_open=True), metavar="USD",
+                        help="Stop cleanly once the requests this run sent cost this much "
+                             "(exit code 3; resume with a higher budget).")(fn)
 
 
 def parse_sets(assignments: tuple[str, ...]) -> dict[str, Any]:

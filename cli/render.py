@@ -29,6 +29,9 @@ class ProgressPrinter:
         self._patches: list[Event] = []
 
     def __call__(self, p: Progress) -> None:
+        if p.kind == "warning":
+            click.echo(f"warning: {p.stage}", err=True)
+            return
         if p.kind != "event":
             return
         ev = p.event
@@ -63,9 +66,15 @@ class ProgressPrinter:
             fallbacks = sum(1 for m in ev.merges if m.status != "ok")
             extra = f", {fallbacks} fell back" if fallbacks else ""
             return f"    aggregate  {len(ev.edits)} edits after {len(ev.merges)} merge calls{extra}"
+        if t == "LearningRateChosen":
+            asked = f", asked {ev.requested}" if ev.requested is not None else f", reply {ev.status}"
+            return f"    lr         apply {ev.chosen} of {ev.candidates} edits{asked}"
         if t == "EditsSelected":
             return f"    select     {len(ev.edits)} of {ev.candidates} edits ({ev.method})"
         if t == "CandidateBuilt":
+            if ev.method != "patch":
+                how = "rewritten" if ev.status == "ok" else f"rewrite {ev.status}, unchanged"
+                return f"    update     {ev.method}: {how if ev.changed or ev.status != 'ok' else 'no change'}"
             changed = sum(1 for r in ev.report if r.status in ("applied", "appended"))
             return f"    update     {changed} of {len(ev.report)} edits changed the skill"
         if t == "CandidateEvaluated":
@@ -74,11 +83,62 @@ class ProgressPrinter:
         if t == "GateDecided":
             return f"    gate       {ev.decision}: {ev.reason}"
         if t == "TestEvaluated":
-            return f"test           {ev.label}: hard {fmt(ev.scores.hard)}  soft {fmt(ev.scores.soft)}"
+            where = f"test           {ev.label}" if ev.label != "eval" else f"eval           {ev.split}"
+            return f"{where}: hard {fmt(ev.scores.hard)}  soft {fmt(ev.scores.soft)}"
+        if t in EPOCH_EVENTS:
+            return f"{'final' if t == 'FinalValidated' else 'epoch end':15}{t}  {event_summary(ev)}"
         return None
 
 
+EPOCH_EVENTS = ("EpochCompared", "SlowUpdateProposed", "SlowUpdateDecided", "MetaSkillWritten", "FinalValidated")
+
+
+def cost_lines(cost: dict[str, Any]) -> list[str]:
+    roles = ("optimizer", "target")
+    lines = [f"cost (USD)      {roles[0]:>10}{roles[1]:>10}{'total':>10}"]
+    for stage, by_role in cost["by_stage"].items():
+        vals = [by_role.get(r, 0.0) for r in roles]
+        lines.append(f"  {stage:14}" + "".join(f"{v:>10.4f}" for v in vals) + f"{sum(vals):>10.4f}")
+    vals = [cost["by_role"].get(r, 0.0) for r in roles]
+    lines.append(f"  {'all stages':14}" + "".join(f"{v:>10.4f}" for v in vals) + f"{sum(vals):>10.4f}")
+    vals = [cost["paid_by_role"].get(r, 0.0) for r in roles]
+    lines.append(f"  {'paid (sent)':14}" + "".join(f"{v:>10.4f}" for v in vals) + f"{sum(vals):>10.4f}")
+    models = ", ".join(f"{r} {m}" for r, m in cost["models"].items())
+    lines.append(f"  at list prices per 1M tokens ({models}); the stage rows include calls served from the log")
+    for model in cost["unpriced_models"]:
+        lines.append(f"  no price for {model}: counted as $0 (set prices in the config)")
+    return lines
+
+
+def warnings_only(p: Progress) -> None:
+    """The progress callback of --quiet and --json: warnings (to stderr) only."""
+    if p.kind == "warning":
+        click.echo(f"warning: {p.stage}", err=True)
+
+
+def printer(quiet: bool):
+    return warnings_only if quiet else ProgressPrinter()
+
+
+def eval_text(s: dict[str, Any]) -> str:
+    ev = s["test"].get("eval")
+    lines = [f"eval run {s['run_id']}: {s['status']}"]
+    if ev:
+        lines.append(f"  {ev['split']} ({ev['n']} items): hard {fmt(ev['hard'])}  soft {fmt(ev['soft'])}")
+        lines.append("")
+        lines.append(f"{'by task type':24}{'n':>4}{'hard':>8}{'soft':>8}")
+        for task, v in ev["by_task_type"].items():
+            lines.append(f"  {task:22}{v['n']:>4}{fmt(v['hard']):>8}{fmt(v['soft']):>8}")
+    lines.append("")
+    lines.extend(usage_lines(s["usage"]))
+    lines.append("")
+    lines.extend(cost_lines(s["cost"]))
+    return "\n".join(lines)
+
+
 def summary_text(s: dict[str, Any]) -> str:
+    if s.get("kind") == "eval":
+        return eval_text(s)
     lines = [
         f"run {s['run_id']}: {s['status']}, {s['steps']} steps; "
         f"{s['accepts']} accepted ({s['new_best']} new best), {s['rejects']} rejected, {s['skips']} skipped",
@@ -92,17 +152,33 @@ def summary_text(s: dict[str, Any]) -> str:
         lines.append(f"{label:16}{fmt(score):>12}{fmt(t.get('hard')):>12}{fmt(t.get('soft')):>12}")
     if "baseline" in test and "best" in test:
         lines.append("")
-        lines.append(f"{'test by task type':24}{'baseline':>10}{'best':>10}")
-        for task, base in test["baseline"]["by_task_type"].items():
-            best = test["best"]["by_task_type"].get(task, {})
-            lines.append(f"  {task:22}{fmt(base['hard']):>10}{fmt(best.get('hard')):>10}")
+        lines.extend(task_type_lines(test["baseline"]["by_task_type"], test["best"]["by_task_type"]))
     lines.append("")
-    lines.append("LLM calls        calls  from log   prompt tok  completion tok")
-    for role, u in s["usage"].items():
+    lines.extend(usage_lines(s["usage"]))
+    if s.get("cost"):
+        lines.append("")
+        lines.extend(cost_lines(s["cost"]))
+    return "\n".join(lines)
+
+
+def usage_lines(usage: dict[str, Any]) -> list[str]:
+    lines = ["LLM calls        calls  from log   prompt tok  completion tok"]
+    for role, u in usage.items():
         served = u["calls"] - u["sent"]
         lines.append(f"  {role:12}{u['calls']:>8}{max(served, 0):>10}{_n(u['prompt_tokens']):>13}"
                      f"{_n(u['completion_tokens']):>16}")
-    return "\n".join(lines)
+    return lines
+
+
+def task_type_lines(baseline: dict[str, Any], best: dict[str, Any]) -> list[str]:
+    """Test results per task type, baseline and best side by side."""
+    lines = [f"{'test by task type':24}{'n':>4}{'baseline':>10}{'best':>10}{'change':>9}"]
+    for task in sorted(set(baseline) | set(best)):
+        a, b = baseline.get(task, {}), best.get(task, {})
+        change = f"{b['hard'] - a['hard']:+.3f}" if a and b else "-"
+        lines.append(f"  {task:22}{(a or b).get('n', 0):>4}{fmt(a.get('hard')):>10}{fmt(b.get('hard')):>10}"
+                     f"{change:>9}")
+    return lines
 
 
 def run_rows(store, rows) -> list[dict[str, Any]]:
@@ -143,6 +219,24 @@ def event_summary(ev: Event) -> str:
         return ", ".join(f"{r.op}:{r.status}" for r in ev.report) or "no edits"
     if t == "GateDecided":
         return f"{ev.decision}: {ev.reason}"
+    if t == "LearningRateChosen":
+        return f"apply {ev.chosen} of {ev.candidates} ({ev.status}{', asked ' + ev.requested if ev.requested else ''})"
+    if t == "EpochCompared":
+        counts: dict[str, int] = {}
+        for lab in ev.labels.values():
+            counts[lab] = counts.get(lab, 0) + 1
+        return f"epoch {ev.epoch}: " + ", ".join(f"{n} {lab}" for lab, n in sorted(counts.items()))
+    if t == "SlowUpdateProposed":
+        return f"epoch {ev.epoch}: {ev.status}, {len(ev.guidance.splitlines())} guidance lines"
+    if t == "SlowUpdateDecided":
+        return f"epoch {ev.epoch}: {ev.decision}{' (forced)' if ev.forced else ''}: {ev.reason}"
+    if t == "MetaSkillWritten":
+        return f"epoch {ev.epoch}: {ev.status}, {len(ev.memo.splitlines())} memo lines"
+    if t == "EpochEnded":
+        return f"epoch {ev.epoch}"
+    if t == "FinalValidated":
+        verdict = "promoted to best" if ev.promoted else "best kept"
+        return f"current {fmt(ev.score)} vs best {fmt(ev.best_score)}: {verdict}"
     if t == "RunCompleted":
         return f"best {fmt(ev.best_score)} at step {ev.best_step}"
     return ""
@@ -154,15 +248,24 @@ def why_text(info: dict[str, Any]) -> str:
     lines = [f"run {info['run_id']}: {info['text']!r} is in the "
              + (" and ".join(where) + " skill" if where else "no skill of this run (initial, current or best)")]
     for c in info["changes"]:
-        lines.append(f"  step {c['step']} (epoch {c['epoch']}): {c['change']} by an {c['decision']} ({c['reason']})")
+        where = (f"step {c['step']} (epoch {c['epoch']})" if c["by"] == "step"
+                 else f"slow update at the end of epoch {c['epoch']}")
+        lines.append(f"  {where}: {c['change']} by {c['decision']} ({c['reason']})")
     origin = info["origin"]
     if origin is None:
         if info["in_current_skill"] and info["in_initial_skill"]:
             lines.append("  it was in the initial skill and no accepted step removed it")
         return "\n".join(lines)
-    lines.append(f"step {origin['step']} kept:")
+    if "slow_update_epoch" in origin:
+        lines.append(f"the slow update of epoch {origin['slow_update_epoch']} wrote it into the guidance block, "
+                     f"after comparing the epoch's skills on {sum(origin['comparison'].values())} train items "
+                     f"({', '.join(f'{n} {k}' for k, n in sorted(origin['comparison'].items()))})")
+        if origin["reasoning"]:
+            lines.append(f"  reasoning: {origin['reasoning'][:200]}")
+        return "\n".join(lines)
+    lines.append(f"step {origin['step']} kept ({origin['method']}):")
     for e in origin["kept_edits"]:
-        lines.append(f"  [{e['status']}] {e['op']} ({e['source']}, support {e['support']}): "
+        lines.append(f"  [{e['status'] or origin['method']}] {e['op']} ({e['source']}, support {e['support']}): "
                      f"{(e['content'] or e['target'])[:100]}")
     for p in origin["proposed_by"]:
         lines.append(f"proposed by the {p['source']} analyst, minibatch {p['minibatch']}:")

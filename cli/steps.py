@@ -43,9 +43,13 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
         elif t == "EditsSelected":
             out["selected"] = {"method": ev.method, "budget": ev.budget, "candidates": ev.candidates,
                                "indices": ev.selected_indices, "edits": [_edit(e) for e in ev.edits]}
+        elif t == "LearningRateChosen":
+            out["learning_rate"] = {"chosen": ev.chosen, "candidates": ev.candidates, "status": ev.status,
+                                    "requested": ev.requested, "reasoning": ev.reasoning}
         elif t == "CandidateBuilt":
             out["apply_report"] = [r.model_dump() for r in ev.report]
             out["candidate_changed"] = ev.changed
+            out["update"] = {"method": ev.method, "status": ev.status, "block_restored": ev.block_restored}
         elif t == "CandidateEvaluated":
             out["evaluation"] = {"split": ev.split, "hard": ev.scores.hard, "soft": ev.scores.soft,
                                  "gate": ev.scores.gate, "cached": ev.cached}
@@ -74,14 +78,21 @@ def step_text(d: dict[str, Any]) -> str:
             lines.append(f"  {e['op']}: {(e['content'] or e['target'])[:100]}")
     if "merged" in d:
         lines.append(f"merged: {len(d['merged']['edits'])} edits, {len(d['merged']['merge_calls'])} merge calls")
+    if "learning_rate" in d:
+        lr = d["learning_rate"]
+        lines.append(f"learning rate (autonomous): apply {lr['chosen']} of {lr['candidates']} "
+                     f"({lr['status']}{', asked ' + lr['requested'] if lr['requested'] else ''})")
     if "selected" in d:
         s = d["selected"]
         lines.append(f"selected ({s['method']}, budget {s['budget']}): {len(s['edits'])} of {s['candidates']}")
         report = d.get("apply_report", [])
         for i, e in enumerate(s["edits"]):
-            status = report[i]["status"] if i < len(report) else "?"
+            status = report[i]["status"] if i < len(report) else "kept"
             lines.append(f"  [{status}] {e['op']} ({e['source']}, support {e['support']}): "
                          f"{(e['content'] or e['target'])[:90]}")
+    if d.get("update", {}).get("method", "patch") != "patch":
+        u = d["update"]
+        lines.append(f"update: {u['method']} ({u['status']}), skill {'changed' if d['candidate_changed'] else 'unchanged'}")
     if "evaluation" in d:
         ev = d["evaluation"]
         lines.append(f"candidate on {ev['split']}: hard {fmt(ev['hard'])} soft {fmt(ev['soft'])} gate {fmt(ev['gate'])}"

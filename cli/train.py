@@ -11,8 +11,8 @@ from skillstate.errors import UserError
 from skillstate.store import open_store
 from skillstate.util import parse_step
 
-from skillstate.cli.app import cli, db_option, echo_json, parse_sets, set_option
-from skillstate.cli.render import ProgressPrinter, summary_text
+from skillstate.cli.app import budget_option, cli, db_option, echo_json, parse_sets, set_option
+from skillstate.cli.render import printer, summary_text
 
 
 @cli.command()
@@ -29,11 +29,12 @@ from skillstate.cli.render import ProgressPrinter, summary_text
 @click.option("--edit-budget", type=int, help="edit_budget (max edits per step).")
 @click.option("--lr", type=click.Choice(["constant", "linear", "cosine"]), help="lr_scheduler of the edit budget.")
 @set_option
+@budget_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @db_option
 def run(config_file, backend, data, model, optimizer_model, target_model, base_url, run_id, epochs, batch_size,
-        edit_budget, lr, assignments, quiet, as_json, db) -> None:
+        edit_budget, lr, assignments, max_cost_usd, quiet, as_json, db) -> None:
     """Train a skill: baseline, then rollout, reflect, aggregate, select,
     update and gate for every step; test at the end.
 
@@ -47,13 +48,15 @@ def run(config_file, backend, data, model, optimizer_model, target_model, base_u
         skillstate run --epochs 2 --lr linear --set gate_metric=mixed
         skillstate run --backend openai --model gpt-4o-mini --data examples/qa
         skillstate run --run-id my-run          # resume after a crash
+        skillstate run --set use_slow_update=true --set use_meta_skill=true
+        skillstate run --max-cost-usd 2.50      # stop cleanly once $2.50 is spent
     """
     from skillstate.engine.runner import load_run
     from skillstate.trainer import Trainer
 
     overrides: dict[str, Any] = {}
     flags = {"backend": backend, "data": data, "num_epochs": epochs, "batch_size": batch_size,
-             "edit_budget": edit_budget, "lr_scheduler": lr}
+             "edit_budget": edit_budget, "lr_scheduler": lr, "max_cost_usd": max_cost_usd}
     overrides.update({k: v for k, v in flags.items() if v is not None})
     for role in ("target", "optimizer"):
         if model:
@@ -70,7 +73,7 @@ def run(config_file, backend, data, model, optimizer_model, target_model, base_u
     existing = run_id is not None and store.get_run(run_id) is not None
     base = dict(load_run(store, run_id).state.config) if existing else None
     config = build_config(config_file, overrides, base=base)
-    trainer = Trainer(config, store=store, run_id=run_id, on_progress=None if quiet or as_json else ProgressPrinter())
+    trainer = Trainer(config, store=store, run_id=run_id, on_progress=printer(quiet or as_json))
     rid = trainer.prepare()
     if not (quiet or as_json):
         verb = "resuming" if existing else "started"
@@ -94,20 +97,26 @@ def train_and_report(trainer, as_json: bool = False) -> None:
 
 @cli.command()
 @click.argument("run_id", required=False)
+@budget_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the summary.")
 @db_option
-def resume(run_id, quiet, db) -> None:
+def resume(run_id, max_cost_usd, quiet, db) -> None:
     """Continue a run where its log ends (default: the latest run).
 
     \b
-    Example:
+    Examples:
         skillstate resume run-20261121-101500-ab12
+        skillstate resume --max-cost-usd 5     # after a stop at the cost budget
     """
+    from skillstate.engine.runner import load_run
     from skillstate.trainer import Trainer
 
     store = open_store(db)
     row = store.require_run(run_id)
-    train_and_report(Trainer(store=store, run_id=row.run_id, on_progress=None if quiet else ProgressPrinter()))
+    config = None
+    if max_cost_usd is not None:
+        config = build_config(None, {"max_cost_usd": max_cost_usd}, base=dict(load_run(store, row.run_id).state.config))
+    train_and_report(Trainer(config, store=store, run_id=row.run_id, on_progress=printer(quiet)))
 
 
 @cli.command()
@@ -116,11 +125,12 @@ def resume(run_id, quiet, db) -> None:
 @click.option("--edit-budget", type=int, help="New edit_budget.")
 @click.option("--epochs", type=int, help="New num_epochs.")
 @set_option
+@budget_option
 @click.option("--run-id", "new_run_id", help="Id of the new run.")
 @click.option("--no-run", is_flag=True, help="Create the fork but do not train it yet.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the summary.")
 @db_option
-def fork(args, lr, edit_budget, epochs, assignments, new_run_id, no_run, quiet, db) -> None:
+def fork(args, lr, edit_budget, epochs, assignments, max_cost_usd, new_run_id, no_run, quiet, db) -> None:
     """Start a new run from a run's state after STEP, with other settings.
 
     The fork records its parent and fork step and does not copy the
@@ -131,6 +141,7 @@ def fork(args, lr, edit_budget, epochs, assignments, new_run_id, no_run, quiet, 
     Examples:
         skillstate fork step_5 --lr linear
         skillstate fork my-run 5 --edit-budget 2 --set gate_metric=mixed --run-id my-run-b
+        skillstate fork step_6 --set update_mode=rewrite
     """
     from skillstate.engine.runner import fork_run
     from skillstate.trainer import Trainer
@@ -138,8 +149,8 @@ def fork(args, lr, edit_budget, epochs, assignments, new_run_id, no_run, quiet, 
     if len(args) > 2:
         raise UserError("fork takes [RUN] STEP")
     run_id, step = (None, args[0]) if len(args) == 1 else args
-    overrides = {k: v for k, v in {"lr_scheduler": lr, "edit_budget": edit_budget, "num_epochs": epochs}.items()
-                 if v is not None}
+    flags = {"lr_scheduler": lr, "edit_budget": edit_budget, "num_epochs": epochs, "max_cost_usd": max_cost_usd}
+    overrides = {k: v for k, v in flags.items() if v is not None}
     overrides.update(parse_sets(assignments))
     store = open_store(db)
     parent = store.require_run(run_id).run_id
@@ -147,4 +158,4 @@ def fork(args, lr, edit_budget, epochs, assignments, new_run_id, no_run, quiet, 
     click.echo(f"forked {child} from {parent} at step {parse_step(step)}")
     if no_run:
         return
-    train_and_report(Trainer(store=store, run_id=child, on_progress=None if quiet else ProgressPrinter()))
+    train_and_report(Trainer(store=store, run_id=child, on_progress=printer(quiet)))

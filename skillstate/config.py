@@ -85,6 +85,24 @@ class SkillConfig(BaseModel):
     gate_mixed_weight: float = Field(0.5, ge=0.0, le=1.0, description="w in (1-w)*hard + w*soft for gate_metric mixed.")
 
     # the rest
+    use_gate: bool = Field(True, description="false: every candidate is accepted (recorded as a forced accept); it is still scored.")
+    semantic_density_weight: float = Field(0.0, ge=0.0, description="Gate bonus per unit share of skill lines led by MUST/ALWAYS/NEVER-style words.")
+
+    # full SkillOpt
+    use_step_buffer: bool = Field(True, description="Show the analysts, the autonomous learning rate and the rewrite call the earlier steps of the epoch (actions, failure patterns, rejected edits).")
+    lr_control: Literal["fixed", "autonomous"] = Field("fixed", description="fixed: the scheduler's edit budget; autonomous: the optimizer chooses how many edits to apply.")
+    update_mode: Literal["patch", "rewrite", "full_rewrite"] = Field("patch", description="patch: apply edits; rewrite: one call rewrites the skill from the kept suggestions; full_rewrite: analysts write whole skills that the merges combine (no budget).")
+    accumulation: int = Field(1, ge=1, description="Sub-batches per step, rolled out and reflected separately, pooled for aggregate/select/update.")
+    use_slow_update: bool = Field(False, description="At each epoch end from epoch 2, compare the previous and current skill and rewrite the protected guidance block.")
+    slow_update_samples: int = Field(20, ge=1, description="Train items rolled out with both skills for the epoch comparison.")
+    longitudinal_pair_policy: Literal["mixed", "changed", "unchanged"] = Field("mixed", description="Which compared items the slow update and meta skill see: all, improved+regressed, or the stable ones.")
+    slow_update_gate: bool = Field(False, description="Pass the slow update through the gate instead of forcing it into the current skill.")
+    use_meta_skill: bool = Field(False, description="At each epoch end from epoch 2, write a memo to the optimizer, prepended to its analyst, merge and rank prompts.")
+
+    # cost
+    max_cost_usd: float | None = Field(None, gt=0, description="Stop cleanly once the LLM requests this run sent cost this much (resumable with a higher budget).")
+    prices: dict[str, tuple[float, float]] = Field(default_factory=dict, description="Extra or overriding prices: model -> [USD per 1M input tokens, USD per 1M output tokens].")
+
     failure_only: bool = Field(False, description="Ignore successes in Reflect.")
     seed: int = 42
     train_split: str = "train"
@@ -116,7 +134,7 @@ class SkillConfig(BaseModel):
 # Keys that change how a run reaches its models but not what it computes:
 # they may differ when a run is resumed.
 RUNTIME_KEYS = {
-    "concurrency",
+    "concurrency", "max_cost_usd", "prices",
     "optimizer.base_url", "optimizer.api_key_env", "optimizer.timeout", "optimizer.max_retries",
     "optimizer.azure", "optimizer.api_version",
     "target.base_url", "target.api_key_env", "target.timeout", "target.max_retries",
@@ -128,7 +146,7 @@ def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, item in value.items():
         path = f"{prefix}{key}"
-        if isinstance(item, dict) and key != "prompts":
+        if isinstance(item, dict) and key not in ("prompts", "prices"):
             out.update(_flatten(item, path + "."))
         else:
             out[path] = item
@@ -208,7 +226,7 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
         data.setdefault("prompts", {})[parts[1]] = value
         return
     known = set(config_keys())
-    if key not in known and not (key == "prompts" and isinstance(value, dict)):
+    if key not in known and not (key in ("prompts", "prices") and isinstance(value, dict)):
         raise ConfigError(_unknown_key(key))
     node = data
     for part in parts[:-1]:
@@ -234,7 +252,7 @@ def merge_dicts(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """Recursive merge: values in `extra` win (a new dict)."""
     out = dict(base)
     for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "prompts":
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key not in ("prompts", "prices"):
             out[key] = merge_dicts(out[key], value)
         else:
             out[key] = value
@@ -246,7 +264,7 @@ def build_config(file: str | Path | None = None, overrides: dict[str, Any] | Non
     """`base` (defaults), then the file, then overrides; everything validated."""
     data = load_config_file(file) if file else {}
     flat_file = _flatten(data)
-    unknown = [k for k in flat_file if k not in set(config_keys()) and not k.startswith("prompts")]
+    unknown = [k for k in flat_file if k not in set(config_keys()) and not k.startswith(("prompts", "prices"))]
     if unknown:
         raise ConfigError(_unknown_key(unknown[0]))
     return validate_config(merge_overrides(merge_dicts(base or {}, data), overrides or {}))

@@ -36,3 +36,8 @@ class ConcurrencyError(SkillstateError):
 
 class ReplayMissError(SkillstateError):
     """Verification needed an LLM response that the log does not hold."""
+
+
+class BudgetStop(SkillstateError):
+    """A run stopped at an event boundary because it reached max_cost_usd.
+    Not a failure of the run: it is saved and resumable (CLI exit code 3)."""

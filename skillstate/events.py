@@ -13,95 +13,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from skillstate.errors import CorruptLogError
 
 
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Usage(Frozen):
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    def __add__(self, other: "Usage") -> "Usage":
-        return Usage(
-            calls=self.calls + other.calls,
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-        )
-
-
-class CallRef(Frozen):
-    """One LLM request the event depended on (full text in the call table)."""
-
-    request_hash: str
-    role: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    error: str | None = None
-
-
-class Edit(Frozen):
-    op: str
-    target: str = ""
-    content: str = ""
-    source: str = "failure"  # failure | success
-    support: int = 0  # number of trajectories behind it
-
-
-class ApplyEntry(Frozen):
-    index: int
-    op: str
-    status: str  # applied | appended | unchanged | skipped_absent | skipped_empty_target | skipped_unknown_op
-
-
-class ItemResult(Frozen):
-    item_id: str
-    task_type: str = ""
-    hard: float
-    soft: float
-    fail_reason: str = ""
-    prediction: str = ""
-    trajectory: str | None = None  # blob hash of the conversation
-    call: CallRef | None = None
-
-
-class SplitScore(Frozen):
-    hard: float
-    soft: float
-    n: int
-
-
-class Scores(Frozen):
-    hard: float
-    soft: float
-    gate: float  # the gate metric's value
-    n: int
-    by_task_type: dict[str, SplitScore] = Field(default_factory=dict)
-
-
-class MergeCall(Frozen):
-    level: int
-    side: str  # failure | success | final
-    inputs: int
-    status: str  # ok | fallback
-    call: CallRef | None = None
-
-
-def usage_of(calls: list[CallRef | None]) -> dict[str, Usage]:
-    """Usage per role of a list of calls."""
-    out: dict[str, Usage] = {}
-    for call in calls:
-        if call is None:
-            continue
-        out[call.role] = out.get(call.role, Usage()) + Usage(
-            calls=1, prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens
-        )
-    return out
+from skillstate.values import (  # noqa: F401  (re-exported: events are built from these)
+    ApplyEntry, CallRef, Edit, Frozen, ItemResult, MergeCall, Scores, SplitScore, Usage, usage_of,
+)
 
 
 class Event(Frozen):
@@ -121,6 +40,7 @@ class Event(Frozen):
 
 class RunStarted(Event):
     type: ClassVar[str] = "RunStarted"
+    version: ClassVar[int] = 2
     config: dict[str, Any]
     initial_skill: str
     dataset: dict[str, dict[str, Any]]  # split -> {hash, count}
@@ -129,6 +49,8 @@ class RunStarted(Event):
     steps_per_epoch: int
     total_steps: int
     package_version: str
+    kind: str = "train"  # train | eval (scores one skill, no steps)
+    eval_split: str | None = None
 
     def blob_refs(self) -> list[str]:
         return [self.initial_skill, *(s["hash"] for s in self.dataset.values()), *self.prompts.values()]
@@ -136,6 +58,7 @@ class RunStarted(Event):
 
 class RunForked(Event):
     type: ClassVar[str] = "RunForked"
+    version: ClassVar[int] = 2
     parent_run_id: str
     fork_step: int
     parent_event_count: int  # events of the parent's lineage inherited
@@ -186,6 +109,7 @@ class StepStarted(Event):
     epoch: int
     batch_item_ids: list[str]
     edit_budget: int
+    sub_batches: list[list[str]] = Field(default_factory=list)  # accumulation > 1: the k sub-batches
 
 
 class RolloutCompleted(Event):
@@ -210,12 +134,14 @@ class PatchProposed(Event):
     status: str  # ok | unparseable | error
     reasoning: str = ""
     failure_summary: list[str] = Field(default_factory=list)
-    edits: list[Edit] = Field(default_factory=list)
+    edits: list[Edit] = Field(default_factory=list)  # update_mode rewrite: op "suggest"
     reply: str | None = None  # blob hash of the raw reply
     call: CallRef | None = None
+    sub_batch: int = 0  # accumulation: which sub-batch the minibatch came from
+    skill: str | None = None  # update_mode full_rewrite: blob of the whole skill the analyst wrote
 
     def blob_refs(self) -> list[str]:
-        return [self.reply] if self.reply else []
+        return [h for h in (self.reply, self.skill) if h]
 
     def usage(self) -> dict[str, Usage]:
         return usage_of([self.call])
@@ -228,9 +154,29 @@ class PatchesMerged(Event):
     success_edits: list[Edit]
     edits: list[Edit]
     merges: list[MergeCall] = Field(default_factory=list)
+    skill: str | None = None  # update_mode full_rewrite: blob of the merged whole skill
+
+    def blob_refs(self) -> list[str]:
+        return [self.skill] if self.skill else []
 
     def usage(self) -> dict[str, Usage]:
         return usage_of([m.call for m in self.merges])
+
+
+class LearningRateChosen(Event):
+    """lr_control autonomous: how many of the merged edits the optimizer applies."""
+
+    type: ClassVar[str] = "LearningRateChosen"
+    step: int
+    candidates: int
+    status: str  # ok | unparseable | error
+    requested: str | None = None  # the raw value the reply gave, as JSON text
+    chosen: int  # clamped to [0, candidates]; 0 when the reply is unusable
+    reasoning: str = ""
+    call: CallRef | None = None
+
+    def usage(self) -> dict[str, Usage]:
+        return usage_of([self.call])
 
 
 class EditsSelected(Event):
@@ -254,9 +200,16 @@ class CandidateBuilt(Event):
     skill: str
     report: list[ApplyEntry]
     changed: bool
+    method: str = "patch"  # patch | rewrite | full_rewrite
+    status: str = "ok"  # rewrite: ok | unparseable | error (then the skill is unchanged)
+    block_restored: bool = False  # the slow-update block had to be put back
+    call: CallRef | None = None
 
     def blob_refs(self) -> list[str]:
         return [self.base_skill, self.skill]
+
+    def usage(self) -> dict[str, Usage]:
+        return usage_of([self.call])
 
 
 class CandidateEvaluated(Event):
@@ -284,6 +237,7 @@ class GateDecided(Event):
     current_score: float  # before the decision
     best_score: float  # before the decision
     reason: str = ""
+    forced: bool = False  # use_gate false: accepted whatever the score
 
 
 class TestEvaluated(Event):
@@ -303,19 +257,126 @@ class TestEvaluated(Event):
         return self.usage_by_role
 
 
+# --- epoch boundary (slow update, meta skill) ----------------------------
+
+
+class EpochCompared(Event):
+    """The previous epoch's skill and the current one, rolled out on the same items."""
+
+    type: ClassVar[str] = "EpochCompared"
+    epoch: int
+    previous_skill: str
+    skill: str
+    item_ids: list[str]
+    previous_results: list[ItemResult]
+    results: list[ItemResult]
+    labels: dict[str, str]  # item id -> improved | regressed | persistent_fail | stable_success
+
+    def blob_refs(self) -> list[str]:
+        rs = self.previous_results + self.results
+        return [self.previous_skill, self.skill, *(r.trajectory for r in rs if r.trajectory)]
+
+    def usage(self) -> dict[str, Usage]:
+        return usage_of([r.call for r in self.previous_results + self.results])
+
+
+class SlowUpdateProposed(Event):
+    type: ClassVar[str] = "SlowUpdateProposed"
+    epoch: int
+    status: str  # ok | unparseable | error
+    guidance: str = ""
+    reasoning: str = ""
+    skill: str | None = None  # the current skill with the new guidance block (None when unusable)
+    call: CallRef | None = None
+
+    def blob_refs(self) -> list[str]:
+        return [self.skill] if self.skill else []
+
+    def usage(self) -> dict[str, Usage]:
+        return usage_of([self.call])
+
+
+class SlowUpdateDecided(Event):
+    type: ClassVar[str] = "SlowUpdateDecided"
+    epoch: int
+    decision: str  # accept_best | accept | reject | skip; forced acceptance is `accept` with forced=True
+    forced: bool
+    candidate_score: float | None
+    current_score: float  # before the decision
+    best_score: float
+    scores: Scores | None = None
+    cached: bool = False
+    results: str | None = None
+    reason: str = ""
+    usage_by_role: dict[str, Usage] = Field(default_factory=dict)
+
+    def blob_refs(self) -> list[str]:
+        return [self.results] if self.results else []
+
+    def usage(self) -> dict[str, Usage]:
+        return self.usage_by_role
+
+
+class MetaSkillWritten(Event):
+    type: ClassVar[str] = "MetaSkillWritten"
+    epoch: int
+    status: str  # ok | unparseable | error (then the previous memo stays)
+    memo: str = ""
+    call: CallRef | None = None
+
+    def usage(self) -> dict[str, Usage]:
+        return usage_of([self.call])
+
+
+class EpochEnded(Event):
+    type: ClassVar[str] = "EpochEnded"
+    epoch: int
+    skill: str  # the current skill the next epoch starts from
+
+    def blob_refs(self) -> list[str]:
+        return [self.skill]
+
+
+class FinalValidated(Event):
+    """use_slow_update: the final current skill is promoted to best if it beats it."""
+
+    type: ClassVar[str] = "FinalValidated"
+    skill: str
+    score: float | None
+    best_score: float
+    promoted: bool
+
+    def blob_refs(self) -> list[str]:
+        return [self.skill]
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
         RunStarted, RunForked, BaselineEvaluated, RunCompleted, StepStarted, RolloutCompleted,
-        PatchProposed, PatchesMerged, EditsSelected, CandidateBuilt, CandidateEvaluated,
-        GateDecided, TestEvaluated,
+        PatchProposed, PatchesMerged, LearningRateChosen, EditsSelected, CandidateBuilt, CandidateEvaluated,
+        GateDecided, TestEvaluated, EpochCompared, SlowUpdateProposed, SlowUpdateDecided, MetaSkillWritten,
+        EpochEnded, FinalValidated,
     )
 }
 
 # (type, stored version) -> function turning that version's payload into the
 # next version's. Register one per schema change; never edit stored rows.
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
-UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+def _v1_config(payload: dict[str, Any]) -> dict[str, Any]:
+    """v1 runs predate the step buffer, which is on by default since v2:
+    a v1 config without the key meant no buffer."""
+    config = dict(payload.get("config", {}))
+    config.setdefault("use_step_buffer", False)
+    return {**payload, "config": config}
+
+
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("RunStarted", 1): _v1_config,
+    ("RunForked", 1): _v1_config,
+}
 
 
 class UnknownEventError(CorruptLogError, ValueError):

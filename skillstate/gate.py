@@ -30,3 +30,27 @@ def decide(candidate: float, current: float, best: float) -> str:
     if candidate > current:
         return ACCEPT
     return REJECT
+
+
+# Leading words that make a line a directive, for the semantic-density bonus.
+DIRECTIVES = frozenset({"must", "always", "never", "should", "avoid", "only", "do", "don't", "prefer", "require"})
+
+
+def semantic_density(skill: str) -> float:
+    """Share of the skill's content lines (not headings, not blank, not
+    markers) whose first word is a directive such as MUST, ALWAYS or NEVER."""
+    lines = []
+    for raw in skill.splitlines():
+        line = raw.strip().lstrip("-*+0123456789.) ").strip()
+        if not line or raw.lstrip().startswith(("#", "<!--")):
+            continue
+        lines.append(line)
+    if not lines:
+        return 0.0
+    directive = sum(1 for line in lines if line.split()[0].strip(":,;.!").lower() in DIRECTIVES)
+    return directive / len(lines)
+
+
+def with_density(score: float, density: float, weight: float) -> float:
+    """The gate score plus the semantic-density bonus."""
+    return score + weight * density

@@ -9,8 +9,11 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
-from skillstate.engine.runner import LoadedRun, load_run
+from skillstate.engine.runner import LoadedRun, load_run, roles_of
 from skillstate.errors import NotFoundError
+from skillstate.config import SIM_MODELS
+from skillstate.events import Usage
+from skillstate.pricing import cost_usd, price_for
 from skillstate.reducer import RunState, StepRecord, usage_totals
 from skillstate.store import Store
 
@@ -82,7 +85,7 @@ def status_of(state: RunState) -> str:
     if not state.started:
         return "empty"
     if state.completed:
-        return "completed"
+        return "evaluated" if state.kind == "eval" else "completed"
     if state.baseline is None:
         return "started"
     return f"step {state.last_completed_step}/{state.total_steps}"
@@ -109,11 +112,12 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
             "sent_prompt_tokens": int(sent.get("prompt_tokens", 0)),
             "sent_completion_tokens": int(sent.get("completion_tokens", 0)),
         }
-    tests = {label: {"hard": ev.scores.hard, "soft": ev.scores.soft, "n": ev.scores.n,
+    tests = {label: {"split": ev.split, "hard": ev.scores.hard, "soft": ev.scores.soft, "n": ev.scores.n,
                      "by_task_type": {k: v.model_dump() for k, v in ev.scores.by_task_type.items()}}
              for label, ev in s.tests.items()}
     return {
         "run_id": loaded.run_id,
+        "kind": s.kind,
         "parent_run_id": s.parent_run_id,
         "fork_step": s.fork_step,
         "status": status_of(s),
@@ -132,4 +136,29 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
         "usage": usage,
         "usage_by_stage": {stage: {role: u.model_dump() for role, u in roles.items()}
                            for stage, roles in own.usage_by_stage.items()},
+        "cost": cost_summary(store, loaded.run_id, dict(s.config), own, roles_of(s.kind)),
     }
+
+
+def cost_summary(store: Store, run_id: str, config: dict[str, Any], own: RunState,
+                 roles: tuple[str, ...] = ("target", "optimizer")) -> dict[str, Any]:
+    """USD cost per role and per stage of the run's own events at list prices,
+    and what the requests it actually sent cost (the rest came from the log)."""
+    prices = config.get("prices") or {}
+    models = {role: (config.get(role) or {}).get("model") or SIM_MODELS[role] for role in roles}
+    unpriced = sorted({m for m in models.values() if price_for(m, prices) is None})
+
+    def priced(role: str, u: Usage) -> float:
+        return round(cost_usd(u.prompt_tokens, u.completion_tokens, price_for(models.get(role, ""), prices)), 6)
+
+    by_stage = {stage: {role: priced(role, u) for role, u in roles.items()}
+                for stage, roles in own.usage_by_stage.items()}
+    by_role = {role: priced(role, u) for role, u in own.usage.items()}
+    paid: dict[str, float] = {}
+    for role, model, _calls, pt, ct in store.paid_by_model(run_id):
+        paid[role] = round(paid.get(role, 0.0) + cost_usd(pt, ct, price_for(model, prices)), 6)
+        if price_for(model, prices) is None and model not in unpriced:
+            unpriced.append(model)
+    return {"currency": "USD", "models": models, "by_role": by_role, "by_stage": by_stage,
+            "total": round(sum(by_role.values()), 6), "paid_by_role": paid, "paid": round(sum(paid.values()), 6),
+            "unpriced_models": sorted(unpriced)}

@@ -9,7 +9,7 @@ from typing import Any
 from skillstate.engine.runner import load_run
 from skillstate.errors import UserError
 from skillstate.events import Edit, PatchProposed, RolloutCompleted
-from skillstate.gate import ACCEPTED
+from skillstate.reducer import RunState, reduce
 from skillstate.store import Store
 
 
@@ -26,23 +26,37 @@ def explain(store: Store, run_id: str | None, text: str) -> dict[str, Any]:
     initial = store.get_blob(state.initial_skill)
     changes: list[dict[str, Any]] = []
     step_events: dict[int, list] = {}
-    for s in loaded.lineage:
+    boundary_events: dict[int, list] = {}
+    present = text in initial
+    folded = RunState()
+    for s in loaded.lineage:  # fold the log, noting every change of the current skill
         ev = s.event
+        before = folded.current_skill
+        folded = reduce(folded, ev)
         step = getattr(ev, "step", None)
         if step is not None:
             step_events.setdefault(step, []).append(ev)
-    present = text in initial
-    for rec in state.history:
-        if rec.decision not in ACCEPTED:
+        elif hasattr(ev, "epoch") and ev.type != "StepStarted":
+            boundary_events.setdefault(ev.epoch, []).append(ev)
+        if before is None or folded.current_skill == before or ev.type == "RunStarted":
             continue
-        now = text in store.get_blob(rec.current_skill)
-        if now != present:
-            changes.append({"step": rec.step, "epoch": rec.epoch, "change": "added" if now else "removed",
-                            "decision": rec.decision, "reason": rec.reason})
-            present = now
+        now = text in store.get_blob(folded.current_skill)
+        if now == present:
+            continue
+        change = {"change": "added" if now else "removed"}
+        if ev.type == "GateDecided":
+            change.update(step=ev.step, epoch=folded.history[-1].epoch, decision=ev.decision, reason=ev.reason,
+                          by="step")
+        else:  # the slow update of an epoch boundary
+            change.update(step=folded.last_completed_step, epoch=ev.epoch, decision=ev.decision, reason=ev.reason,
+                          by="slow_update")
+        changes.append(change)
+        present = now
     origin: dict[str, Any] | None = None
     if present and changes:
-        origin = _origin(step_events[changes[-1]["step"]], text)
+        last = changes[-1]
+        origin = (_origin(store, step_events[last["step"]], text) if last["by"] == "step"
+                  else _slow_origin(boundary_events[last["epoch"]]))
     return {
         "run_id": loaded.run_id,
         "text": text,
@@ -54,18 +68,33 @@ def explain(store: Store, run_id: str | None, text: str) -> dict[str, Any]:
     }
 
 
-def _origin(events: list, text: str) -> dict[str, Any]:
-    """The kept edits of the step that added `text`, and who proposed them."""
+def _slow_origin(events: list) -> dict[str, Any]:
+    """The slow update that wrote the guidance, and the comparison it read."""
     by_type = {ev.type: ev for ev in events}
-    selected = by_type["EditsSelected"]
-    report = by_type["CandidateBuilt"].report
+    proposed, compared = by_type["SlowUpdateProposed"], by_type["EpochCompared"]
+    counts: dict[str, int] = {}
+    for lab in compared.labels.values():
+        counts[lab] = counts.get(lab, 0) + 1
+    return {"slow_update_epoch": proposed.epoch, "guidance": proposed.guidance, "reasoning": proposed.reasoning,
+            "comparison": counts, "kept_edits": [], "proposed_by": []}
+
+
+def _origin(store: Store, events: list, text: str) -> dict[str, Any]:
+    """The kept edits of the step that added `text`, and who proposed them
+    (in full_rewrite mode: the analysts whose whole skill held it)."""
+    by_type = {ev.type: ev for ev in events}
+    selected = by_type.get("EditsSelected")
+    built = by_type["CandidateBuilt"]
+    report = built.report
     rollout: RolloutCompleted = by_type["RolloutCompleted"]
     results = {r.item_id: r for r in rollout.results}
-    kept = [(i, e) for i, e in enumerate(selected.edits) if _touches(e, text)]
+    kept = [(i, e) for i, e in enumerate(selected.edits) if _touches(e, text)] if selected else []
     patches: list[PatchProposed] = [ev for ev in events if ev.type == "PatchProposed"]
     proposals = []
     for patch in patches:
         matching = [e for e in patch.edits if any(e.content == k.content for _, k in kept) or _touches(e, text)]
+        if patch.skill and text in store.get_blob(patch.skill):
+            matching.append(Edit(op="rewrite", content=text, source=patch.source))
         if not matching:
             continue
         proposals.append({
@@ -76,7 +105,8 @@ def _origin(events: list, text: str) -> dict[str, Any]:
                        "fail_reason": results[i].fail_reason} for i in patch.item_ids if i in results],
         })
     return {
-        "step": selected.step,
+        "step": built.step,
+        "method": built.method,
         "kept_edits": [{"op": e.op, "target": e.target, "content": e.content, "source": e.source,
                         "support": e.support, "status": report[i].status if i < len(report) else None}
                        for i, e in kept],

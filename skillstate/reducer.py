@@ -14,8 +14,10 @@ from typing import Iterable, Mapping
 from skillstate import gate as gate_rules
 from skillstate.errors import CorruptLogError
 from skillstate.events import (
-    BaselineEvaluated, CandidateBuilt, CandidateEvaluated, EditsSelected, Event, GateDecided, PatchesMerged,
-    PatchProposed, RolloutCompleted, RunCompleted, RunForked, RunStarted, Scores, StepStarted, TestEvaluated, Usage,
+    BaselineEvaluated, CandidateBuilt, CandidateEvaluated, Edit, EditsSelected, EpochCompared, EpochEnded, Event,
+    FinalValidated, GateDecided, LearningRateChosen, MetaSkillWritten, PatchesMerged, PatchProposed,
+    RolloutCompleted, RunCompleted, RunForked, RunStarted, Scores, SlowUpdateDecided, SlowUpdateProposed,
+    StepStarted, TestEvaluated, Usage,
 )
 
 EMPTY: Mapping = MappingProxyType({})
@@ -26,8 +28,14 @@ STAGE_OF = {
     "RolloutCompleted": "rollout",
     "PatchProposed": "reflect",
     "PatchesMerged": "aggregate",
+    "LearningRateChosen": "select",
     "EditsSelected": "select",
+    "CandidateBuilt": "update",
     "CandidateEvaluated": "gate",
+    "EpochCompared": "slow_update",
+    "SlowUpdateProposed": "slow_update",
+    "SlowUpdateDecided": "slow_update",
+    "MetaSkillWritten": "meta_skill",
     "TestEvaluated": "test",
 }
 
@@ -45,9 +53,11 @@ class StepProgress:
     batch_item_ids: tuple[str, ...]
     edit_budget: int
     base_skill: str
+    sub_batches: tuple[tuple[str, ...], ...] = ()
     rollout: RolloutCompleted | None = None
     patches: tuple[PatchProposed, ...] = ()
     merged: PatchesMerged | None = None
+    learning_rate: LearningRateChosen | None = None
     selected: EditsSelected | None = None
     candidate: CandidateBuilt | None = None
     evaluation: CandidateEvaluated | None = None
@@ -67,6 +77,42 @@ class StepRecord:
     current_skill: str
     best_skill: str
     reason: str = ""
+    forced: bool = False
+
+
+@dataclass(frozen=True)
+class BufferEntry:
+    """One earlier step of the epoch, as the step buffer shows it."""
+
+    step: int
+    decision: str
+    items: int
+    failures: int
+    failures_by_task_type: Mapping[str, int]
+    patterns: tuple[str, ...]  # the analysts' failure summaries
+    rejected_edits: tuple[Edit, ...] = ()  # on reject: the edits that were tried
+    score_before: float | None = None
+    score_after: float | None = None
+
+    def to_json(self) -> dict:
+        out = {"step": self.step, "action": self.decision, "items": self.items, "failures": self.failures,
+               "failures_by_task_type": dict(self.failures_by_task_type), "failure_patterns": list(self.patterns)}
+        if self.rejected_edits:
+            out["rejected_edits"] = [{"op": e.op, "target": e.target, "content": e.content}
+                                     for e in self.rejected_edits]
+            out["score_before"], out["score_after"] = self.score_before, self.score_after
+        return out
+
+
+@dataclass(frozen=True)
+class BoundaryProgress:
+    """The epoch-boundary work under way (slow update, meta skill)."""
+
+    epoch: int
+    comparison: EpochCompared
+    slow_update: SlowUpdateProposed | None = None
+    slow_decision: SlowUpdateDecided | None = None
+    meta: MetaSkillWritten | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +141,16 @@ class RunState:
     usage_by_stage: Mapping[str, Mapping[str, Usage]] = field(default_factory=lambda: EMPTY)  # stage -> role -> usage
     tests: Mapping[str, TestEvaluated] = field(default_factory=lambda: EMPTY)  # label -> event
     completed: bool = False
+    kind: str = "train"  # train | eval
+    eval_split: str | None = None
+    buffer: tuple[BufferEntry, ...] = ()  # the step buffer of the current epoch
+    epoch_skills: Mapping[int, str] = field(default_factory=lambda: EMPTY)  # epoch -> skill it started from
+    boundary: BoundaryProgress | None = None
+    closed_epoch: int = 0  # last epoch whose boundary work is done
+    guidance: str | None = None  # the slow-update guidance in the current skill
+    memo: str | None = None  # the meta skill: memo to the optimizer
+    memo_epoch: int = 0
+    final_validated: bool = False
 
     @property
     def started(self) -> bool:
@@ -129,7 +185,7 @@ def _add_usage(state: RunState, event: Event) -> RunState:
     if not usage:
         return state
     total = dict(state.usage)
-    stage_name = STAGE_OF.get(event.type, event.type)
+    stage_name = "eval" if getattr(event, "label", None) == "eval" else STAGE_OF.get(event.type, event.type)
     stage = dict(state.usage_by_stage.get(stage_name, EMPTY))
     for role, u in usage.items():
         total[role] = total.get(role, Usage()) + u
@@ -147,7 +203,28 @@ def _progress(state: RunState, event: Event) -> StepProgress:
 
 
 def _regate(scores: Scores, config: Mapping) -> float:
-    return gate_rules.gate_score(scores.hard, scores.soft, config["gate_metric"], config["gate_mixed_weight"])
+    base = gate_rules.gate_score(scores.hard, scores.soft, config["gate_metric"], config["gate_mixed_weight"])
+    return gate_rules.with_density(base, scores.density, config.get("semantic_density_weight", 0.0))
+
+
+def _buffer_entry(p: StepProgress, event: GateDecided) -> BufferEntry:
+    results = p.rollout.results if p.rollout else []
+    failed = [r for r in results if r.hard < 1]
+    by_type: dict[str, int] = {}
+    for r in failed:
+        by_type[r.task_type or "untyped"] = by_type.get(r.task_type or "untyped", 0) + 1
+    patterns: list[str] = []
+    for patch in p.patches:
+        for line in patch.failure_summary:
+            if line not in patterns:
+                patterns.append(line)
+    rejected = event.decision == gate_rules.REJECT and p.selected is not None
+    return BufferEntry(step=event.step, decision=event.decision, items=len(results), failures=len(failed),
+                       failures_by_task_type=MappingProxyType(dict(sorted(by_type.items()))),
+                       patterns=tuple(patterns[:12]),
+                       rejected_edits=tuple(p.selected.edits) if rejected else (),
+                       score_before=event.current_score if rejected else None,
+                       score_after=event.candidate_score if rejected else None)
 
 
 def reduce(state: RunState, event: Event) -> RunState:
@@ -160,13 +237,14 @@ def reduce(state: RunState, event: Event) -> RunState:
         return replace(state, config=MappingProxyType(event.config), prompts=MappingProxyType(event.prompts),
                        dataset=MappingProxyType(event.dataset), initial_skill=event.initial_skill,
                        steps_per_epoch=event.steps_per_epoch, total_steps=event.total_steps,
-                       current_skill=event.initial_skill, best_skill=event.initial_skill)
+                       current_skill=event.initial_skill, best_skill=event.initial_skill,
+                       kind=event.kind, eval_split=event.eval_split)
 
     if not state.started:
         raise FoldError(f"{event.type} before the run started")
 
     if isinstance(event, RunForked):
-        if state.progress is not None:
+        if state.progress is not None or state.boundary is not None:
             raise FoldError("RunForked in the middle of a step")
         new = replace(state, config=MappingProxyType(event.config), prompts=MappingProxyType(event.prompts),
                       parent_run_id=event.parent_run_id, fork_step=event.fork_step,
@@ -187,11 +265,18 @@ def reduce(state: RunState, event: Event) -> RunState:
                        best_step=0, score_cache=_with(state.score_cache, cache_key(event.split, event.skill), event.scores))
 
     if isinstance(event, StepStarted):
-        if state.baseline is None or state.progress is not None or event.step != state.last_completed_step + 1:
+        if (state.baseline is None or state.progress is not None or state.boundary is not None
+                or event.step != state.last_completed_step + 1):
             raise FoldError(f"StepStarted {event.step} out of order")
+        new_epoch = event.epoch != state.epoch
+        epoch_skills = state.epoch_skills
+        if event.epoch not in epoch_skills:
+            epoch_skills = _with(epoch_skills, event.epoch, state.current_skill or "")
         return replace(state, step=event.step, epoch=event.epoch, edit_budget=event.edit_budget,
+                       buffer=() if new_epoch else state.buffer, epoch_skills=epoch_skills,
                        progress=StepProgress(step=event.step, epoch=event.epoch,
                                              batch_item_ids=tuple(event.batch_item_ids),
+                                             sub_batches=tuple(tuple(b) for b in event.sub_batches),
                                              edit_budget=event.edit_budget, base_skill=state.current_skill or ""))
 
     if isinstance(event, RolloutCompleted):
@@ -207,6 +292,10 @@ def reduce(state: RunState, event: Event) -> RunState:
     if isinstance(event, PatchesMerged):
         p = _progress(state, event)
         return replace(state, progress=replace(p, merged=event))
+
+    if isinstance(event, LearningRateChosen):
+        p = _progress(state, event)
+        return replace(state, progress=replace(p, learning_rate=event))
 
     if isinstance(event, EditsSelected):
         p = _progress(state, event)
@@ -234,20 +323,68 @@ def reduce(state: RunState, event: Event) -> RunState:
         record = StepRecord(step=event.step, epoch=p.epoch, edit_budget=p.edit_budget, decision=event.decision,
                             candidate_score=event.candidate_score, current_score=current_score,
                             best_score=best_score, current_skill=current_skill, best_skill=best_skill,
-                            reason=event.reason)
+                            reason=event.reason, forced=event.forced)
         return replace(state, progress=None, history=state.history + (record,),
+                       buffer=state.buffer + (_buffer_entry(p, event),),
                        current_skill=current_skill, current_score=current_score,
                        best_skill=best_skill, best_score=best_score, best_step=best_step)
 
     if isinstance(event, TestEvaluated):
-        return replace(state, tests=_with(state.tests, event.label, event))
+        new = replace(state, tests=_with(state.tests, event.label, event))
+        if event.label == "eval":  # an evaluation run's one score
+            new = replace(new, current_score=event.scores.gate, best_score=event.scores.gate)
+        return new
+
+    if isinstance(event, (EpochCompared, SlowUpdateProposed, SlowUpdateDecided, MetaSkillWritten, EpochEnded,
+                          FinalValidated)):
+        return _reduce_epoch_end(state, event)
 
     if isinstance(event, RunCompleted):
-        if state.progress is not None:
+        if state.progress is not None or state.boundary is not None:
             raise FoldError("RunCompleted in the middle of a step")
         return replace(state, completed=True)
 
     raise FoldError(f"the reducer does not know {event.type}")
+
+
+def _reduce_epoch_end(state: RunState, event: Event) -> RunState:
+    if state.progress is not None:
+        raise FoldError(f"{event.type} in the middle of step {state.progress.step}")
+    if isinstance(event, FinalValidated):
+        if state.boundary is not None:
+            raise FoldError("FinalValidated during epoch-boundary work")
+        if not event.promoted:
+            return replace(state, final_validated=True)
+        return replace(state, final_validated=True, best_skill=event.skill, best_score=event.score,
+                       best_step=state.last_completed_step)
+    b = state.boundary
+    if isinstance(event, EpochCompared):
+        if b is not None or event.epoch <= state.closed_epoch:
+            raise FoldError(f"EpochCompared for epoch {event.epoch} out of order")
+        return replace(state, boundary=BoundaryProgress(epoch=event.epoch, comparison=event))
+    if b is None or b.epoch != event.epoch:
+        raise FoldError(f"{event.type} for epoch {event.epoch} outside its epoch boundary")
+    if isinstance(event, SlowUpdateProposed):
+        return replace(state, boundary=replace(b, slow_update=event))
+    if isinstance(event, SlowUpdateDecided):
+        new = replace(state, boundary=replace(b, slow_decision=event))
+        if event.scores is not None and b.slow_update is not None and b.slow_update.skill:
+            key = cache_key(state.config["val_split"], b.slow_update.skill)
+            new = replace(new, score_cache=_with(state.score_cache, key, event.scores))
+        if event.decision not in gate_rules.ACCEPTED:
+            return new
+        if b.slow_update is None or not b.slow_update.skill or event.candidate_score is None:
+            raise FoldError("SlowUpdateDecided accepts without a candidate")
+        new = replace(new, current_skill=b.slow_update.skill, current_score=event.candidate_score,
+                      guidance=b.slow_update.guidance)
+        if event.decision == gate_rules.ACCEPT_BEST:
+            new = replace(new, best_skill=b.slow_update.skill, best_score=event.candidate_score,
+                          best_step=state.last_completed_step)
+        return new
+    if isinstance(event, MetaSkillWritten):
+        new = replace(state, boundary=replace(b, meta=event))
+        return replace(new, memo=event.memo, memo_epoch=event.epoch) if event.status == "ok" else new
+    return replace(state, boundary=None, closed_epoch=event.epoch)  # EpochEnded
 
 
 def usage_totals(events: Iterable[Event]) -> RunState:

@@ -55,3 +55,23 @@ def epoch_batches(item_ids: list[str], seed: int, epoch: int, batch_size: int, a
 def position(step: int, steps_per_epoch_: int) -> tuple[int, int]:
     """(epoch, index within epoch), both from 1, for a 1-based step."""
     return (step - 1) // steps_per_epoch_ + 1, (step - 1) % steps_per_epoch_ + 1
+
+
+def clamp_edit_count(value: object, candidates: int) -> int:
+    """An autonomous learning-rate reply turned into a number of edits:
+    an integer (a float or numeric string is rounded down) clamped to
+    [0, candidates]; anything unusable (not a finite number) means 0."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return 0
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return 0
+        value = math.floor(value)
+    if not isinstance(value, int):
+        return 0
+    return min(max(value, 0), max(candidates, 0))

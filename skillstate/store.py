@@ -354,6 +354,18 @@ class Store:
                        "latency_ms": float(r[4] or 0)} for r in rows}
 
 
+    def paid_by_model(self, run_id: str) -> list[tuple[str, str, int, int, int]]:
+        """(role, model, calls, prompt tokens, completion tokens) this run sent."""
+        query = (
+            select(llm_calls.c.role, llm_calls.c.model, func.count(), func.sum(llm_calls.c.prompt_tokens),
+                   func.sum(llm_calls.c.completion_tokens))
+            .where(llm_calls.c.run_id == run_id).group_by(llm_calls.c.role, llm_calls.c.model)
+            .order_by(llm_calls.c.role, llm_calls.c.model)
+        )
+        with self.engine.connect() as conn:
+            return [(r[0], r[1], int(r[2]), int(r[3] or 0), int(r[4] or 0)) for r in conn.execute(query)]
+
+
 def open_store(url: str | None = None) -> Store:
     """Open (creating or upgrading if needed) the database at `url`."""
     import os

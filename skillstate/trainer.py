@@ -94,3 +94,23 @@ class Trainer:
         child = fork_run(self.store, self.run_id, step, overrides or {}, new_run_id)
         return Trainer(store=self.store, run_id=child, on_progress=self.on_progress,
                        backend_factory=self.backend_factory)
+
+
+def evaluate_skill(config: SkillConfig, split: str = "test", *, db: str | None = None, store: Store | None = None,
+                   run_id: str | None = None, on_progress: ProgressCallback | None = None,
+                   backend_factory: BackendFactory | None = None) -> RunResult:
+    """Score `config.initial_skill` (a skill file; default: the environment's
+    skill) on a split, recorded as an evaluation run in the log.
+
+    `split` is `train`, `val` or `test` (the config's names for them), or
+    one of those configured split names itself."""
+    if config.initial_skill is None:
+        raise UserError("evaluation needs a skill file: pass --skill FILE")
+    roles = {"train": config.train_split, "val": config.val_split, "test": config.test_split}
+    name = roles.get(split, split)
+    if name not in roles.values():
+        raise UserError(f"unknown split {split!r}: use train, val or test")
+    store = store or open_store(db)
+    rid = create_run(store, config, run_id, eval_split=name)
+    state = continue_run(store, rid, runtime=config, on_progress=on_progress, backend_factory=backend_factory)
+    return RunResult(rid, state, store)

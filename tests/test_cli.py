@@ -167,7 +167,7 @@ def test_why_traces_a_sentence_to_its_step_and_analysts(cli_db, runner):
     assert any(added[0].strip() in e["content"] or e["content"].strip() in added[0] for e in origin["kept_edits"])
     assert origin["proposed_by"] and origin["proposed_by"][0]["items"]
     text = call(runner, "why", "--db", cli_db, "--", added[0]).output
-    assert f"step {origin['step']} kept:" in text and "proposed by the" in text
+    assert f"step {origin['step']} kept (patch):" in text and "proposed by the" in text
 
 
 def test_log_lineage_of_a_fork_starts_with_the_parent(cli_db, runner):

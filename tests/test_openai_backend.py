@@ -22,7 +22,7 @@ SECRET = "sk-test-SECRET-0123456789abcdef"
 
 def _run_args(server, db, *extra):
     return ["run", "--backend", "openai", "--model", "sim-model", "--base-url", server.base_url,
-            "--data", str(EXAMPLES / "qa"), "--batch-size", "12", "--epochs", "1", "--db", db, *extra]
+            "--data", str(EXAMPLES / "qa"), "--batch-size", "12", "--epochs", "2", "--db", db, *extra]
 
 
 def _dump(url: str) -> str:

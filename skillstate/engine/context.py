@@ -25,7 +25,7 @@ R = TypeVar("R")
 class Progress:
     """What the engine reports: a stage about to run, or an event appended."""
 
-    kind: str  # "stage" | "event"
+    kind: str  # "stage" | "event" | "warning" (then `stage` holds the message)
     stage: str
     state: RunState
     event: Event | None = None
@@ -107,6 +107,9 @@ class RunContext:
         if len(items) <= 1:
             return [fn(item) for item in items]
         return list(self._pool.map(fn, items))
+
+    def warn(self, message: str) -> None:
+        self.report("warning", message, RunState())
 
     def report(self, kind: str, stage: str, state: RunState, event: Event | None = None,
                stored: StoredEvent | None = None) -> None:

@@ -37,6 +37,37 @@ class MergeReply(BaseModel):
     edits: list[EditIn]
 
 
+class SuggestionReply(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    reasoning: str = ""
+    failure_summary: list[str] = []
+    suggestions: list[str]
+
+
+class SkillReply(BaseModel):
+    """A whole skill: full-rewrite analysts, skill merges and the rewrite call."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    reasoning: str = ""
+    failure_summary: list[str] = []
+    skill: str
+
+
+class GuidanceReply(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    reasoning: str = ""
+    guidance: str
+
+
+class MemoReply(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    memo: str
+
+
 class RankReply(BaseModel):
     model_config = ConfigDict(extra="ignore")
 

@@ -11,15 +11,16 @@ from typing import Any, Callable
 
 from skillstate import __version__
 from skillstate.config import RUNTIME_KEYS, SkillConfig, merge_overrides, public_config, redact, validate_config
-from skillstate.engine import stages
+from skillstate.engine import epoch, reflect, stages, update
 from skillstate.engine.context import ProgressCallback, RunContext, RunLog, StoreLog
 from skillstate.envs import QAEnv, load_dataset_dir
 from skillstate.envs.base import SkillEnv
-from skillstate.errors import ConfigError, CorruptLogError, DataError, NotFoundError, UserError
+from skillstate.errors import BudgetStop, ConfigError, CorruptLogError, DataError, NotFoundError, UserError
 from skillstate.events import Event, GateDecided, BaselineEvaluated, RunForked, RunStarted
 from skillstate.llm.base import FatalLLMError, LLMClient
 from skillstate.llm.recording import RecordingClient
-from skillstate.prompts import resolve_prompts
+from skillstate.pricing import Budget, BudgetExhausted, cost_usd, price_for
+from skillstate.prompts import PROMPT_NAMES, resolve_prompts
 from skillstate.reducer import RunState, fold, reduce
 from skillstate.scheduler import steps_per_epoch
 from skillstate.store import GENESIS, StoredEvent, Store
@@ -31,41 +32,61 @@ STAGES: dict[str, Stage] = {
     "baseline": stages.baseline,
     "start_step": stages.start_step,
     "rollout": stages.rollout,
-    "reflect": stages.reflect,
-    "aggregate": stages.aggregate,
-    "select": stages.select,
-    "update": stages.update,
+    "reflect": reflect.reflect,
+    "aggregate": reflect.aggregate,
+    "learning_rate": update.choose_learning_rate,
+    "select": update.select,
+    "update": update.update,
     "evaluate": stages.evaluate_candidate,
     "gate": stages.decide,
+    "epoch_compare": epoch.compare_epochs,
+    "slow_update": epoch.slow_update,
+    "slow_update_decide": epoch.slow_update_decide,
+    "meta_skill": epoch.meta_skill,
+    "end_epoch": epoch.end_epoch,
+    "final_validate": epoch.final_validate,
     "test_baseline": stages.test_eval("baseline"),
     "test_best": stages.test_eval("best"),
+    "eval_skill": stages.eval_skill,
     "complete": stages.complete,
 }
 
 
 def next_stage(ctx: RunContext, state: RunState) -> str | None:
     """The stage that comes next after `state`, or None when the run is done."""
+    cfg = ctx.config
+    if state.kind == "eval":
+        if "eval" not in state.tests:
+            return "eval_skill"
+        return None if state.completed else "complete"
     if state.baseline is None:
         return "baseline"
     p = state.progress
     if p is None:
+        if state.boundary is not None or epoch.boundary_epoch(cfg, state) is not None:
+            return epoch.boundary_stage(cfg, state)
         if state.last_completed_step < state.total_steps:
             return "start_step"
-        if ctx.config.eval_test and "baseline" not in state.tests:
+        if cfg.use_slow_update and not state.final_validated:
+            return "final_validate"
+        if cfg.eval_test and "baseline" not in state.tests:
             return "test_baseline"
-        if ctx.config.eval_test and "best" not in state.tests:
+        if cfg.eval_test and "best" not in state.tests:
             return "test_best"
         return None if state.completed else "complete"
     if p.rollout is None:
         return "rollout"
-    if stages.pending_minibatches(ctx, state):
+    if reflect.pending_minibatches(ctx, state):
         return "reflect"
     if p.merged is None:
         return "aggregate"
-    if not p.merged.edits:
+    if stages.skip_reason(state, cfg.update_mode):
         return "gate"
-    if p.selected is None:
-        return "select"
+    if cfg.update_mode != "full_rewrite":  # full_rewrite has no budget: no learning rate, no select
+        if cfg.lr_control == "autonomous" and p.learning_rate is None:
+            return "learning_rate"
+        if p.selected is None:
+            return "select"
     if p.candidate is None:
         return "update"
     if p.evaluation is None:
@@ -169,14 +190,28 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
     prompts = {name: store.get_blob(h) for name, h in state.prompts.items()}
     scope = None if config.llm_cache == "all" else lineage_run_ids(store, run_id)
     factory = backend_factory or make_backend
+    budget = None if verify_until is not None else run_budget(store, run_id, config)
     clients = {}
-    for role in ("target", "optimizer"):
+    for role in roles_of(state.kind):
         config.model_for(role)  # a missing model is a user error before anything runs
         backend = None if verify_until is not None else factory(config, env, role)
         clients[role] = RecordingClient(backend, store, run_id=run_id, role=role, run_ids=scope,
-                                        before=verify_until)
-    return RunContext(store=store, run_id=run_id, config=config, env=env, prompts=prompts, clients=clients,
-                      log=log, on_progress=on_progress)
+                                        before=verify_until, budget=budget)
+    ctx = RunContext(store=store, run_id=run_id, config=config, env=env, prompts=prompts, clients=clients,
+                     log=log, on_progress=on_progress)
+    for role in roles_of(state.kind):
+        model = config.model_for(role)
+        if verify_until is None and price_for(model, config.prices) is None:
+            ctx.warn(f"no price for model {model!r} ({role}): its calls count as $0; "
+                     f"add it with --set 'prices={{\"{model}\": [IN, OUT]}}' (USD per 1M tokens)")
+    return ctx
+
+
+def run_budget(store: Store, run_id: str, config: SkillConfig) -> Budget:
+    """The run's cost budget, starting from what its requests so far cost."""
+    spent = sum(cost_usd(pt, ct, price_for(model, config.prices))
+                for _role, model, _calls, pt, ct in store.paid_by_model(run_id))
+    return Budget(config.max_cost_usd, spent, config.prices)
 
 
 # --- creating runs -------------------------------------------------------------
@@ -207,9 +242,14 @@ def _initial_skill(config: SkillConfig, default: str | None) -> str:
     return default if default is not None else QAEnv({}).default_skill()
 
 
-def preflight(config: SkillConfig) -> None:
+def roles_of(kind: str) -> tuple[str, ...]:
+    """The LLM roles a run of this kind calls: an evaluation run only has a target."""
+    return ("target",) if kind == "eval" else ("target", "optimizer")
+
+
+def preflight(config: SkillConfig, roles: tuple[str, ...] = ("target", "optimizer")) -> None:
     """Fail on missing models or credentials before anything is written."""
-    for role in ("target", "optimizer"):
+    for role in roles:
         config.model_for(role)
         if config.backend == "openai":
             from skillstate.llm.openai_backend import OpenAIBackend
@@ -217,13 +257,19 @@ def preflight(config: SkillConfig) -> None:
             OpenAIBackend(getattr(config, role), role)
 
 
-def create_run(store: Store, config: SkillConfig, run_id: str | None = None) -> str:
-    """Validate everything, then write the run row and RunStarted atomically."""
-    run_id = run_id or new_run_id()
+def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
+               eval_split: str | None = None) -> str:
+    """Validate everything, then write the run row and RunStarted atomically.
+
+    With `eval_split` the run is an evaluation run: it scores its initial
+    skill on that split and has no steps."""
+    run_id = run_id or new_run_id("eval" if eval_split else "run")
     if store.get_run(run_id) is not None:
         raise UserError(f"run {run_id!r} already exists")
-    preflight(config)
+    preflight(config, roles_of("eval" if eval_split else "train"))
     splits, default_skill = _dataset(config)
+    if eval_split is not None and eval_split not in splits:
+        raise ConfigError(f"unknown split {eval_split!r} (this run's splits: {', '.join(splits)})")
     skill = _initial_skill(config, default_skill)
     prompts = resolve_prompts(config.prompts)
     blobs: dict[str, str] = {}
@@ -234,12 +280,13 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None) -> 
         return h
 
     dataset = {name: {"hash": put(canonical_json(items)), "count": len(items)} for name, items in splits.items()}
-    spe = steps_per_epoch(len(splits[config.train_split]), config.batch_size)
+    spe = steps_per_epoch(len(splits[config.train_split]), config.batch_size, config.accumulation)
     event = RunStarted(
         config=public_config(config), initial_skill=put(skill), dataset=dataset,
         dataset_fingerprint=hash_value({k: v["hash"] for k, v in dataset.items()}),
         prompts={name: put(text) for name, text in prompts.items()},
-        steps_per_epoch=spe, total_steps=spe * config.num_epochs, package_version=__version__,
+        steps_per_epoch=0 if eval_split else spe, total_steps=0 if eval_split else spe * config.num_epochs,
+        package_version=__version__, kind="eval" if eval_split else "train", eval_split=eval_split,
     )
     store.append(run_id, [event], last_seq=0, last_hash=GENESIS, blobs_to_put=blobs, new_run={})
     return run_id
@@ -259,16 +306,20 @@ def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, A
         if key.split(".")[0] in FIXED_ON_FORK:
             raise ConfigError(f"a fork cannot change {key}: it inherits the parent's data and starting skill")
     config = validate_config(merge_overrides(dict(state.config), overrides))
+    if state.kind != "train":
+        raise UserError(f"run {parent_run_id!r} is an evaluation run; only training runs can be forked")
     prompts = dict(state.prompts)
     blobs: dict[str, str] = {}
     inherited = dict(state.config.get("prompts", {}))
+    # overridden prompts, and prompts this skillstate has that the parent's version did not
     changed = {k: v for k, v in config.prompts.items() if inherited.get(k) != v}
-    if changed:
+    missing = [name for name in PROMPT_NAMES if name not in prompts and name not in changed]
+    if changed or missing:
         texts = resolve_prompts(changed)
-        for name in changed:
+        for name in [*changed, *missing]:
             h = sha256_text(texts[name])
             prompts[name], blobs[h] = h, texts[name]
-    spe = steps_per_epoch(state.dataset[config.train_split]["count"], config.batch_size)
+    spe = steps_per_epoch(state.dataset[config.train_split]["count"], config.batch_size, config.accumulation)
     total = spe * config.num_epochs
     if total < step:
         raise ConfigError(f"the fork's schedule has {total} steps, fewer than the fork step {step}")
@@ -339,5 +390,8 @@ def continue_run(store: Store, run_id: str, *, runtime: SkillConfig | None = Non
     except FatalLLMError as err:
         raise UserError(f"{err}; the run is saved: fix this and resume with "
                         f"skillstate run --run-id {run_id}") from None
+    except BudgetExhausted as err:
+        raise BudgetStop(f"{err}; the run stopped cleanly and is saved: resume it with a higher budget: "
+                         f"skillstate run --run-id {run_id} --max-cost-usd AMOUNT") from None
     finally:
         ctx.close()

@@ -19,13 +19,14 @@ from skillstate.store import Store
 
 class RecordingClient:
     def __init__(self, backend: LLMClient | None, store: Store, *, run_id: str, role: str,
-                 run_ids: list[str] | None = None, before=None):
+                 run_ids: list[str] | None = None, before=None, budget=None):
         self.backend = backend
         self.store = store
         self.run_id = run_id
         self.role = role
         self.run_ids = run_ids  # None: any run in the database
         self.before = before  # verify: only calls recorded before the run's last event
+        self.budget = budget  # skillstate.pricing.Budget: checked before each request sent
         self.sent = 0
         self.served = 0
 
@@ -42,6 +43,8 @@ class RecordingClient:
             return CallResult(self._ref(h, resp), text=resp.text, cached=True)
         if verify:
             raise ReplayMissError(f"the log holds no response for {self.role} request {h[:12]}")
+        if self.budget is not None:
+            self.budget.check()
         start = time.perf_counter()
         try:
             resp = self.backend.complete(request)
@@ -60,6 +63,8 @@ class RecordingClient:
                                request=request.to_dict(), response=resp.to_dict(), prompt_tokens=resp.prompt_tokens,
                                completion_tokens=resp.completion_tokens, latency_ms=latency, error=None)
         self.sent += 1
+        if self.budget is not None:
+            self.budget.add(request.model, resp.prompt_tokens, resp.completion_tokens)
         return CallResult(self._ref(h, resp), text=resp.text)
 
     def _ref(self, h: str, resp: ChatResponse) -> CallRef:

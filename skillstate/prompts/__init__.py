@@ -14,7 +14,12 @@ from string import Template
 
 from skillstate.errors import ConfigError
 
-PROMPT_NAMES = ("qa_user", "optimizer_system", "failure_analyst", "success_analyst", "merge", "merge_final", "rank")
+PROMPT_NAMES = (
+    "qa_user", "optimizer_system", "failure_analyst", "success_analyst", "merge", "merge_final", "rank",
+    # full SkillOpt: update modes, autonomous learning rate, epoch boundary
+    "failure_suggestions", "success_suggestions", "rewrite", "failure_rewrite", "success_rewrite", "merge_skills",
+    "learning_rate", "slow_update", "meta_skill",
+)
 
 
 def builtin(name: str) -> str:

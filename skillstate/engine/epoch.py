@@ -1,0 +1,147 @@
+"""The epoch boundary (from epoch 2): compare the skill the epoch started
+from with the current one on the same seeded train items, then the slow
+update (the protected guidance block) and the meta skill (a memo to the
+optimizer). Also the final validation of the slow-updated current skill."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skillstate import gate as gate_rules
+from skillstate.config import SkillConfig
+from skillstate.engine.context import RunContext
+from skillstate.engine.parsing import GuidanceReply, MemoReply, parse_reply
+from skillstate.engine.prompting import compose, to_json
+from skillstate.engine.stages import evaluate_cached, rollout_items
+from skillstate.events import (
+    EpochCompared, EpochEnded, Event, FinalValidated, ItemResult, MetaSkillWritten, SlowUpdateDecided,
+    SlowUpdateProposed,
+)
+from skillstate.guidance import compare, select_pairs, with_guidance
+from skillstate.reducer import RunState
+from skillstate.util import seeded_rng
+
+NONE_YET = "(none yet)"
+
+
+def boundary_epoch(config: SkillConfig, state: RunState) -> int | None:
+    """The epoch whose boundary work is due now, or None."""
+    last = state.last_completed_step
+    if state.progress is not None or last == 0 or state.steps_per_epoch == 0 or last % state.steps_per_epoch:
+        return None
+    epoch = last // state.steps_per_epoch
+    if epoch < 2 or epoch <= state.closed_epoch:
+        return None
+    wants_meta = config.use_meta_skill and last < state.total_steps  # a memo needs a later epoch to read it
+    return epoch if config.use_slow_update or wants_meta else None
+
+
+def boundary_stage(config: SkillConfig, state: RunState) -> str:
+    """The next stage of the boundary work under way (or about to start)."""
+    b = state.boundary
+    if b is None:
+        return "epoch_compare"
+    if config.use_slow_update and b.slow_update is None:
+        return "slow_update"
+    if config.use_slow_update and b.slow_decision is None:
+        return "slow_update_decide"
+    if config.use_meta_skill and state.last_completed_step < state.total_steps and b.meta is None:
+        return "meta_skill"
+    return "end_epoch"
+
+
+def compare_epochs(ctx: RunContext, state: RunState) -> list[Event]:
+    epoch = state.last_completed_step // state.steps_per_epoch
+    previous, current = state.epoch_skills[epoch], state.current_skill
+    ids = [item["id"] for item in ctx.env.items(ctx.config.train_split)]
+    n = min(ctx.config.slow_update_samples, len(ids))
+    sample = seeded_rng("slow_update", ctx.config.seed, epoch).sample(ids, n)
+    items = [ctx.env.item(i) for i in sample]
+    before = rollout_items(ctx, ctx.blob(previous), items)
+    after = rollout_items(ctx, ctx.blob(current), items)
+    labels = compare([(r.item_id, r.hard) for r in before], [(r.item_id, r.hard) for r in after])
+    return [EpochCompared(epoch=epoch, previous_skill=previous, skill=current, item_ids=sample,
+                          previous_results=before, results=after, labels=labels)]
+
+
+def comparison_view(ctx: RunContext, comparison: EpochCompared) -> list[dict[str, Any]]:
+    """The compared items the pair policy keeps, regressions first."""
+    before = {r.item_id: r for r in comparison.previous_results}
+    after = {r.item_id: r for r in comparison.results}
+
+    def side(r: ItemResult) -> dict[str, Any]:
+        return {"prediction": r.prediction, "hard": r.hard, "fail_reason": r.fail_reason}
+
+    out = []
+    for item_id in select_pairs(comparison.labels, ctx.config.longitudinal_pair_policy):
+        view = ctx.env.describe_item(ctx.env.item(item_id))
+        view.update(label=comparison.labels[item_id], previous=side(before[item_id]), current=side(after[item_id]))
+        out.append(view)
+    return out
+
+
+def _skills(ctx: RunContext, comparison: EpochCompared) -> dict[str, str]:
+    return {"previous_skill": ctx.blob(comparison.previous_skill), "skill": ctx.blob(comparison.skill)}
+
+
+def slow_update(ctx: RunContext, state: RunState) -> list[Event]:
+    b = state.boundary
+    prompt = compose(ctx, state, "slow_update", guidance=state.guidance or NONE_YET,
+                     comparison=to_json(comparison_view(ctx, b.comparison)), **_skills(ctx, b.comparison))
+    result = ctx.optimizer(prompt)
+    if not result.ok:
+        return [SlowUpdateProposed(epoch=b.epoch, status="error", reasoning=result.error or "", call=result.ref)]
+    reply = parse_reply(result.text, GuidanceReply)
+    if reply is None or not reply.guidance.strip():
+        return [SlowUpdateProposed(epoch=b.epoch, status="unparseable", call=result.ref)]
+    skill = ctx.put_blob(with_guidance(ctx.blob(state.current_skill), reply.guidance))
+    return [SlowUpdateProposed(epoch=b.epoch, status="ok", guidance=reply.guidance.strip("\n"),
+                               reasoning=reply.reasoning, skill=skill, call=result.ref)]
+
+
+def slow_update_decide(ctx: RunContext, state: RunState) -> list[Event]:
+    """Score the slow-updated skill; force it into the current skill, or gate it."""
+    b = state.boundary
+    su = b.slow_update
+    current, best = state.current_score, state.best_score
+    common = dict(epoch=b.epoch, current_score=current, best_score=best)
+    if su.status != "ok" or not su.skill:
+        return [SlowUpdateDecided(decision=gate_rules.SKIP, forced=False, candidate_score=None,
+                                  reason=f"slow update reply {su.status}; the skill is unchanged", **common)]
+    scores, blob, usage = evaluate_cached(ctx, state, su.skill, ctx.config.val_split)
+    score = scores.gate
+    if ctx.config.slow_update_gate:
+        decision = gate_rules.decide(score, current, best)
+        reason = f"gated: {score:.4f} vs current {current:.4f}, best {best:.4f}"
+        forced = False
+    else:
+        decision, forced = gate_rules.ACCEPT, True
+        reason = f"forced into the current skill (slow_update_gate: false); it scores {score:.4f}"
+    return [SlowUpdateDecided(decision=decision, forced=forced, candidate_score=score, scores=scores,
+                              cached=blob is None, results=blob, reason=reason, usage_by_role=usage, **common)]
+
+
+def meta_skill(ctx: RunContext, state: RunState) -> list[Event]:
+    b = state.boundary
+    prompt = compose(ctx, state, "meta_skill", memo=state.memo or NONE_YET,
+                     comparison=to_json(comparison_view(ctx, b.comparison)), **_skills(ctx, b.comparison))
+    result = ctx.optimizer(prompt)
+    if not result.ok:
+        return [MetaSkillWritten(epoch=b.epoch, status="error", call=result.ref)]
+    reply = parse_reply(result.text, MemoReply)
+    if reply is None or not reply.memo.strip():
+        return [MetaSkillWritten(epoch=b.epoch, status="unparseable", call=result.ref)]
+    return [MetaSkillWritten(epoch=b.epoch, status="ok", memo=reply.memo.strip(), call=result.ref)]
+
+
+def end_epoch(ctx: RunContext, state: RunState) -> list[Event]:
+    return [EpochEnded(epoch=state.boundary.epoch, skill=state.current_skill)]
+
+
+def final_validate(ctx: RunContext, state: RunState) -> list[Event]:
+    """The final current skill (slow-updated, scored on the selection split
+    when it was accepted) replaces the best when it beats it."""
+    score, best = state.current_score, state.best_score
+    promoted = state.current_skill != state.best_skill and score is not None and score > best
+    return [FinalValidated(skill=state.current_skill, score=score, best_score=best, promoted=promoted)]
+

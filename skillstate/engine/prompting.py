@@ -1,0 +1,57 @@
+"""Composing optimizer prompts: the template, the step buffer and the meta
+skill's memo. Everything shown comes from the folded state, so a resumed or
+replayed run builds byte-identical prompts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from skillstate.engine.context import RunContext
+from skillstate.prompts import render
+from skillstate.reducer import RunState
+from skillstate.values import Edit
+
+MEMO_HEADER = ("Memo from earlier epochs of this run, about which kinds of edits helped or hurt. "
+               "It is advice for you, the optimizer; it is not part of the skill.")
+BUFFER_HEADER = ("Earlier steps of this epoch: what each step did and which failures it saw; rejected edits "
+                 "did not improve the selection score, so do not propose them again.")
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, indent=1, ensure_ascii=False)
+
+
+def edits_json(edits: list[Edit], with_index: bool = False) -> list[dict[str, Any]]:
+    out = []
+    for i, e in enumerate(edits):
+        row = {"op": e.op, "target": e.target, "content": e.content, "source": e.source, "support": e.support}
+        out.append({"index": i, **row} if with_index else row)
+    return out
+
+
+def step_buffer_block(ctx: RunContext, state: RunState) -> str:
+    """The step buffer as a prompt section ("" when off or empty)."""
+    if not ctx.config.use_step_buffer or not state.buffer:
+        return ""
+    entries = [entry.to_json() for entry in state.buffer]
+    return f"\n{BUFFER_HEADER}\n<previous_steps>\n{to_json(entries)}\n</previous_steps>\n"
+
+
+def memo_block(ctx: RunContext, state: RunState) -> str:
+    """The meta skill's memo as a preamble ("" when off or not written yet)."""
+    if not ctx.config.use_meta_skill or not state.memo:
+        return ""
+    return f"{MEMO_HEADER}\n<optimizer_memo>\n{state.memo.strip()}\n</optimizer_memo>\n\n"
+
+
+def compose(ctx: RunContext, state: RunState, name: str, *, memo: bool = False, **values: Any) -> str:
+    """Render prompt `name`. The step buffer goes where the template has
+    `$step_buffer` (after the template when an override leaves it out); the
+    memo, when asked for, is prepended."""
+    template = ctx.prompts[name]
+    buffer = step_buffer_block(ctx, state)
+    text = render(template, step_buffer=buffer, **values)
+    if buffer and "$step_buffer" not in template:
+        text = text.rstrip("\n") + "\n" + buffer
+    return (memo_block(ctx, state) if memo else "") + text

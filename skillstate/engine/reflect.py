@@ -1,0 +1,200 @@
+"""Reflect and Aggregate: the analysts' patches (edits, revision suggestions
+or whole skills, by `update_mode`) and their hierarchical merge."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+from skillstate.engine.context import RunContext, item_view
+from skillstate.engine.parsing import AnalystReply, MergeReply, SkillReply, SuggestionReply, parse_reply
+from skillstate.engine.prompting import compose, edits_json, to_json
+from skillstate.events import Edit, Event, ItemResult, MergeCall, PatchesMerged, PatchProposed
+from skillstate.reducer import RunState
+from skillstate.util import chunked, seeded_rng
+
+Minibatch = tuple[int, str, int, list[str]]  # (sub-batch, source, index, item ids)
+
+ANALYST_PROMPTS = {"patch": "{}_analyst", "rewrite": "{}_suggestions", "full_rewrite": "{}_rewrite"}
+
+
+def plan_minibatches(results: list[ItemResult], seed: int, step: int, size: int, failure_only: bool,
+                     sub_batch: int = 0) -> list[tuple[str, int, list[str]]]:
+    """(source, index, item ids) of every analyst call of one (sub-)batch."""
+    groups = [("failure", [r.item_id for r in results if r.hard < 1])]
+    if not failure_only:
+        groups.append(("success", [r.item_id for r in results if r.hard >= 1]))
+    plan = []
+    for source, ids in groups:
+        extra = (sub_batch,) if sub_batch else ()
+        seeded_rng("reflect", seed, step, source, *extra).shuffle(ids)
+        plan.extend((source, i, chunk) for i, chunk in enumerate(chunked(ids, size)))
+    return plan
+
+
+def step_plan(ctx: RunContext, state: RunState) -> list[Minibatch]:
+    """Every analyst call of the step: with accumulation, each sub-batch is
+    cut into its own minibatches and never mixed with another."""
+    p = state.progress
+    cfg = ctx.config
+    subs = p.sub_batches or (p.batch_item_ids,)
+    by_id = {r.item_id: r for r in p.rollout.results}
+    plan: list[Minibatch] = []
+    for j, ids in enumerate(subs):
+        results = [by_id[i] for i in ids]
+        plan.extend((j, *mb) for mb in plan_minibatches(results, cfg.seed, p.step, cfg.minibatch_size,
+                                                        cfg.failure_only, sub_batch=j))
+    return plan
+
+
+def pending_minibatches(ctx: RunContext, state: RunState) -> list[Minibatch]:
+    done = {(patch.sub_batch, patch.source, patch.minibatch) for patch in state.progress.patches}
+    return [mb for mb in step_plan(ctx, state) if mb[:3] not in done]
+
+
+def reflect(ctx: RunContext, state: RunState) -> list[Event]:
+    p = state.progress
+    mode = ctx.config.update_mode
+    by_id = {r.item_id: r for r in p.rollout.results}
+    skill = ctx.blob(p.base_skill)
+
+    def analyse(mb: Minibatch) -> PatchProposed:
+        sub, source, index, ids = mb
+        views = [item_view(ctx.env, by_id[i], json.loads(ctx.blob(by_id[i].trajectory))) for i in ids]
+        prompt = compose(ctx, state, ANALYST_PROMPTS[mode].format(source), memo=True, skill=skill,
+                         budget=p.edit_budget, trajectories=to_json(views))
+        result = ctx.optimizer(prompt)
+        common = dict(step=p.step, source=source, minibatch=index, item_ids=ids, call=result.ref, sub_batch=sub)
+        if not result.ok:
+            return PatchProposed(status="error", reasoning=result.error or "", **common)
+        model = {"patch": AnalystReply, "rewrite": SuggestionReply, "full_rewrite": SkillReply}[mode]
+        reply = parse_reply(result.text, model)
+        if reply is None:
+            return PatchProposed(status="unparseable", reply=ctx.put_blob(result.text), **common)
+        extra: dict[str, Any] = {}
+        if mode == "patch":
+            extra["edits"] = [Edit(op=e.op, target=e.target, content=e.content, source=source, support=len(ids))
+                              for e in reply.edits]
+        elif mode == "rewrite":
+            extra["edits"] = [Edit(op="suggest", content=s, source=source, support=len(ids))
+                              for s in reply.suggestions if s.strip()]
+        else:
+            extra["skill"] = ctx.put_blob(reply.skill)
+        return PatchProposed(status="ok", reasoning=reply.reasoning, failure_summary=reply.failure_summary,
+                             **extra, **common)
+
+    return ctx.map(analyse, pending_minibatches(ctx, state))
+
+
+# --- aggregate -----------------------------------------------------------
+
+
+def _adopt(reply_edits, inputs: list[Edit], source: str) -> list[Edit]:
+    """Merged edits with provenance: support of identical inputs, else the largest."""
+    support: dict[tuple[str, str, str], int] = defaultdict(int)
+    sources: dict[tuple[str, str, str], str] = {}
+    for e in inputs:
+        support[(e.op, e.target, e.content)] += e.support
+        sources.setdefault((e.op, e.target, e.content), e.source)
+    top = max((e.support for e in inputs), default=0)
+    return [Edit(op=e.op, target=e.target, content=e.content,
+                 source=sources.get((e.op, e.target, e.content), source),
+                 support=support.get((e.op, e.target, e.content), top)) for e in reply_edits]
+
+
+def merge_levels(ctx: RunContext, items: list, merge_group) -> tuple[Any, list[MergeCall]]:
+    """Merge `items` level by level in groups of merge_batch_size; a group
+    of one passes through. `merge_group(level, group)` returns (merged, call)."""
+    current = list(items)
+    calls: list[MergeCall] = []
+    level = 0
+    while len(current) > 1:
+        level += 1
+        outcomes = ctx.map(lambda g, lv=level: (g[0], None) if len(g) == 1 else merge_group(lv, g),
+                           chunked(current, ctx.config.merge_batch_size))
+        current = [merged for merged, _ in outcomes]
+        calls.extend(call for _, call in outcomes if call is not None)
+    return (current[0] if current else None), calls
+
+
+def merge_tree(ctx: RunContext, state: RunState, side: str, skill: str,
+               patches: list[list[Edit]]) -> tuple[list[Edit], list[MergeCall]]:
+    """Merge edit patches; a failed merge call concatenates the group's edits."""
+
+    def merge_group(level: int, group: list[list[Edit]]) -> tuple[list[Edit], MergeCall]:
+        payload = [{"patch": i, "edits": edits_json(g)} for i, g in enumerate(group)]
+        result = ctx.optimizer(compose(ctx, state, "merge", memo=True, skill=skill, patches=to_json(payload)))
+        flat = [e for g in group for e in g]
+        reply = parse_reply(result.text, MergeReply) if result.ok else None
+        status = "fallback" if reply is None else "ok"
+        merged = flat if reply is None else _adopt(reply.edits, flat, side)
+        return merged, MergeCall(level=level, side=side, inputs=len(group), status=status, call=result.ref)
+
+    merged, calls = merge_levels(ctx, [p for p in patches if p], merge_group)
+    return merged or [], calls
+
+
+def merge_skill_tree(ctx: RunContext, state: RunState, side: str, skill: str,
+                     versions: list[str]) -> tuple[str | None, list[MergeCall]]:
+    """full_rewrite: merge whole skills; a failed merge call keeps the group's first."""
+
+    def merge_group(level: int, group: list[str]) -> tuple[str, MergeCall]:
+        return _merge_skills(ctx, state, skill, [(side, text) for text in group], level, side)
+
+    return merge_levels(ctx, versions, merge_group)
+
+
+def _merge_skills(ctx: RunContext, state: RunState, skill: str, versions: list[tuple[str, str]], level: int,
+                  side: str) -> tuple[str, MergeCall]:
+    payload = [{"version": i, "source": source, "skill": text} for i, (source, text) in enumerate(versions)]
+    result = ctx.optimizer(compose(ctx, state, "merge_skills", memo=True, skill=skill, skills=to_json(payload)))
+    reply = parse_reply(result.text, SkillReply) if result.ok else None
+    status = "fallback" if reply is None or not reply.skill.strip() else "ok"
+    merged = versions[0][1] if status == "fallback" else reply.skill
+    return merged, MergeCall(level=level, side=side, inputs=len(versions), status=status, call=result.ref)
+
+
+def aggregate(ctx: RunContext, state: RunState) -> list[Event]:
+    p = state.progress
+    skill = ctx.blob(p.base_skill)
+    if ctx.config.update_mode == "full_rewrite":
+        return [_aggregate_skills(ctx, state, skill)]
+    fail_edits, fail_calls = merge_tree(ctx, state, "failure", skill,
+                                        [x.edits for x in p.patches if x.source == "failure"])
+    succ_edits, succ_calls = merge_tree(ctx, state, "success", skill,
+                                        [x.edits for x in p.patches if x.source == "success"])
+    calls = fail_calls + succ_calls
+    if fail_edits and succ_edits:
+        result = ctx.optimizer(compose(
+            ctx, state, "merge_final", memo=True, skill=skill,
+            failure_patch=to_json({"edits": edits_json(fail_edits)}),
+            success_patch=to_json({"edits": edits_json(succ_edits)})))
+        reply = parse_reply(result.text, MergeReply) if result.ok else None
+        if reply is None:
+            edits = fail_edits + succ_edits
+            calls.append(MergeCall(level=0, side="final", inputs=2, status="fallback", call=result.ref))
+        else:
+            edits = _adopt(reply.edits, fail_edits + succ_edits, "failure")
+            calls.append(MergeCall(level=0, side="final", inputs=2, status="ok", call=result.ref))
+    else:
+        edits = fail_edits or succ_edits
+    return [PatchesMerged(step=p.step, failure_edits=fail_edits, success_edits=succ_edits, edits=edits,
+                          merges=calls)]
+
+
+def _aggregate_skills(ctx: RunContext, state: RunState, skill: str) -> PatchesMerged:
+    p = state.progress
+    sides: dict[str, str | None] = {}
+    calls: list[MergeCall] = []
+    for side in ("failure", "success"):
+        versions = [ctx.blob(x.skill) for x in p.patches if x.source == side and x.skill]
+        sides[side], side_calls = merge_skill_tree(ctx, state, side, skill, versions)
+        calls.extend(side_calls)
+    merged = sides["failure"] or sides["success"]
+    if sides["failure"] and sides["success"]:
+        merged, call = _merge_skills(ctx, state, skill, [("failure", sides["failure"]),
+                                                         ("success", sides["success"])], 0, "final")
+        calls.append(call)
+    return PatchesMerged(step=p.step, failure_edits=[], success_edits=[], edits=[], merges=calls,
+                         skill=ctx.put_blob(merged) if merged is not None else None)

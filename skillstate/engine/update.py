@@ -1,0 +1,111 @@
+"""Select and Update: the learning rate (fixed schedule or chosen by the
+optimizer), the ranking of edits, and building the candidate skill by
+patching, rewriting or taking the merged full rewrite. The slow-update block
+is protected in code here, whatever the edits or the rewrite did."""
+
+from __future__ import annotations
+
+import json
+
+from skillstate.editor import CHANGED, apply_edits
+from skillstate.engine.context import RunContext
+from skillstate.engine.parsing import RankReply, SkillReply, extract_json, parse_reply
+from skillstate.engine.prompting import compose, edits_json, to_json
+from skillstate.events import CandidateBuilt, Edit, EditsSelected, Event, LearningRateChosen
+from skillstate.guidance import body_of, guidance_of, protect, with_guidance
+from skillstate.reducer import RunState
+from skillstate.scheduler import clamp_edit_count
+
+
+def fallback_order(edits: list[Edit]) -> list[int]:
+    """Failure edits first, then by support, then by position."""
+    return sorted(range(len(edits)), key=lambda i: (edits[i].source != "failure", -edits[i].support, i))
+
+
+def choose_learning_rate(ctx: RunContext, state: RunState) -> list[Event]:
+    """lr_control autonomous: one call decides how many edits to apply."""
+    p = state.progress
+    edits = p.merged.edits
+    results = p.rollout.results
+    batch = {
+        "items": len(results), "solved": sum(1 for r in results if r.hard >= 1),
+        "hard": round(sum(r.hard for r in results) / len(results), 4) if results else 0.0,
+        "soft": round(sum(r.soft for r in results) / len(results), 4) if results else 0.0,
+        "current_score": state.current_score, "best_score": state.best_score,
+        "scheduler_budget": p.edit_budget,
+    }
+    result = ctx.optimizer(compose(ctx, state, "learning_rate", skill=ctx.blob(p.base_skill), batch=to_json(batch),
+                                   edits=to_json(edits_json(edits, with_index=True)), candidates=len(edits)))
+    common = dict(step=p.step, candidates=len(edits), call=result.ref)
+    if not result.ok:
+        return [LearningRateChosen(status="error", chosen=0, reasoning=result.error or "", **common)]
+    data = extract_json(result.text)
+    if data is None or "num_edits" not in data:
+        return [LearningRateChosen(status="unparseable", chosen=0, **common)]
+    raw = data["num_edits"]
+    chosen = clamp_edit_count(raw, len(edits))
+    reasoning = data.get("reasoning") if isinstance(data.get("reasoning"), str) else ""
+    return [LearningRateChosen(status="ok", requested=json.dumps(raw), chosen=chosen, reasoning=reasoning, **common)]
+
+
+def select(ctx: RunContext, state: RunState) -> list[Event]:
+    p = state.progress
+    edits = p.merged.edits
+    budget = p.learning_rate.chosen if p.learning_rate is not None else p.edit_budget
+    if len(edits) <= budget or budget == 0:
+        indices = list(range(len(edits)))[:budget]
+        return [EditsSelected(step=p.step, budget=budget, candidates=len(edits), method="all" if budget else "none",
+                              selected_indices=indices, edits=[edits[i] for i in indices])]
+    result = ctx.optimizer(compose(ctx, state, "rank", memo=True, skill=ctx.blob(p.base_skill), budget=budget,
+                                   edits=to_json(edits_json(edits, with_index=True))))
+    reply = parse_reply(result.text, RankReply) if result.ok else None
+    indices: list[int] = []
+    if reply is not None:
+        for i in reply.selected_indices:
+            if 0 <= i < len(edits) and i not in indices:
+                indices.append(i)
+        indices = indices[:budget]
+    method = "ranked"
+    if not indices:
+        indices, method = fallback_order(edits)[:budget], "fallback"
+    return [EditsSelected(step=p.step, budget=budget, candidates=len(edits), method=method, selected_indices=indices,
+                          edits=[edits[i] for i in indices], call=result.ref)]
+
+
+def patch_skill(base: str, edits: list[Edit]):
+    """Apply edits to the skill's body and put its slow-update block back.
+    Returns (text, apply report, whether the edits wrote block markers that
+    had to be removed)."""
+    body = body_of(base)
+    text, report = apply_edits(body, edits)
+    restored = body_of(text) != text
+    if not any(r.status in CHANGED for r in report):
+        text = body  # nothing applied: the base, in canonical form (itself when it already is)
+    return with_guidance(text, guidance_of(base)), report, restored
+
+
+def update(ctx: RunContext, state: RunState) -> list[Event]:
+    p = state.progress
+    base = ctx.blob(p.base_skill)
+    mode = ctx.config.update_mode
+    extra: dict = {"method": mode}
+    if mode == "patch":
+        text, report, restored = patch_skill(base, p.selected.edits)
+        extra["report"] = report
+    elif mode == "full_rewrite":
+        text, restored = protect(base, ctx.blob(p.merged.skill))
+        extra["report"] = []
+    else:
+        suggestions = [e.content for e in p.selected.edits]
+        result = ctx.optimizer(compose(ctx, state, "rewrite", skill=body_of(base), suggestions=to_json(suggestions)))
+        reply = parse_reply(result.text, SkillReply) if result.ok else None
+        extra.update(report=[], call=result.ref)
+        if reply is None or not reply.skill.strip():
+            text, restored = base, False
+            extra["status"] = "error" if not result.ok else "unparseable"
+        else:
+            text = with_guidance(reply.skill, guidance_of(base))
+            restored = text != reply.skill
+    skill = ctx.put_blob(text)
+    return [CandidateBuilt(step=p.step, base_skill=p.base_skill, skill=skill, changed=skill != p.base_skill,
+                           block_restored=restored, **extra)]

@@ -1,0 +1,87 @@
+"""The slow-update block and the epoch comparison. Pure functions.
+
+The slow update's guidance lives in one protected block at the end of the
+skill, between two markers. Step updates never see it: they edit the body
+(the skill without the block) and the block is put back unchanged, whatever
+the edits, the rewrite call or the full-rewrite analysts did to the text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+START = "<!-- SLOW_UPDATE_START -->"
+END = "<!-- SLOW_UPDATE_END -->"
+_BLOCK = re.compile(re.escape(START) + r"\n?(.*?)\n?" + re.escape(END) + r"\n?", re.DOTALL)
+
+LABELS = ("regressed", "improved", "persistent_fail", "stable_success")
+POLICIES = {
+    "mixed": set(LABELS),
+    "changed": {"improved", "regressed"},
+    "unchanged": {"persistent_fail", "stable_success"},
+}
+
+
+def guidance_of(skill: str) -> str | None:
+    """The text of the first complete block, or None when there is none."""
+    match = _BLOCK.search(skill)
+    return match.group(1) if match else None
+
+
+def strip_markers(text: str) -> str:
+    """`text` with no marker left, also none re-formed from fragments
+    (removing one marker may join the text around it into another)."""
+    while START in text or END in text:
+        text = text.replace(START, "").replace(END, "")
+    return text
+
+
+def body_of(skill: str) -> str:
+    """The skill without any block and without stray markers."""
+    return strip_markers(_BLOCK.sub("", skill))
+
+
+def with_guidance(skill: str, guidance: str | None) -> str:
+    """The skill's body followed by exactly one block holding `guidance`
+    (no block at all when `guidance` is None)."""
+    body = body_of(skill)
+    if guidance is None:
+        return body
+    guidance = strip_markers(guidance).strip("\n")
+    sep = "" if not body or body.endswith("\n\n") else ("\n" if body.endswith("\n") else "\n\n")
+    return f"{body}{sep}{START}\n{guidance}\n{END}\n"
+
+
+def protect(base: str, candidate: str) -> tuple[str, bool]:
+    """`candidate` with `base`'s block (or absence of one) restored.
+
+    Returns the protected text and whether anything had to be restored."""
+    fixed = with_guidance(candidate, guidance_of(base))
+    return fixed, fixed != candidate
+
+
+def label(before: float, after: float) -> str:
+    """How one item moved between the previous epoch's skill and the current one."""
+    if before >= 1 and after >= 1:
+        return "stable_success"
+    if before >= 1:
+        return "regressed"
+    if after >= 1:
+        return "improved"
+    return "persistent_fail"
+
+
+def compare(previous: Iterable[tuple[str, float]], current: Iterable[tuple[str, float]]) -> dict[str, str]:
+    """Item id -> label, from (item id, hard score) pairs of both skills."""
+    before = dict(previous)
+    return {item_id: label(before[item_id], hard) for item_id, hard in current if item_id in before}
+
+
+def select_pairs(labels: dict[str, str], policy: str) -> list[str]:
+    """The item ids the policy keeps, regressions first, then improvements,
+    persistent failures and stable successes (ids in order within a label)."""
+    wanted = POLICIES[policy]
+    rank = {name: i for i, name in enumerate(LABELS)}
+    kept = [i for i, lab in labels.items() if lab in wanted]
+    return sorted(kept, key=lambda i: (rank[labels[i]], i))

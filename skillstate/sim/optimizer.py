@@ -1,0 +1,277 @@
+"""The simulated optimizer: proposes, merges and ranks edits, rewrites skills,
+chooses step sizes and writes epoch guidance and memos, the way a fallible
+LLM might. Which call a prompt is for is read off its tagged sections."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from typing import Any
+
+from skillstate.events import Edit
+from skillstate.editor import apply_edits
+from skillstate.sim.world import HARMS, USELESS, SimWorld
+
+
+def _between(text: str, tag: str) -> str | None:
+    match = re.search(rf"<{tag}>\n?(.*?)\n?</{tag}>", text, re.DOTALL)
+    return match.group(1) if match else None
+
+
+def _json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+class SimOptimizer:
+    """Every optimizer call of the simulated world. Each reply is a function
+    of the prompt and an rng seeded by it."""
+
+    def __init__(self, world: SimWorld):
+        self.world = world
+
+    def reply(self, prompt: str, rng) -> str:
+        skill = _between(prompt, "skill") or ""
+        if _between(prompt, "candidate_edits") is not None:
+            return self._learning_rate(_json(_between(prompt, "candidate_edits")) or [], rng)
+        comparison = _json(_between(prompt, "comparison"))
+        if comparison is not None and _between(prompt, "guidance") is not None:
+            return self._slow_update(skill, _between(prompt, "guidance") or "", comparison, rng)
+        if comparison is not None and _between(prompt, "memo") is not None:
+            return self._meta_memo(skill + "\n" + (_between(prompt, "previous_skill") or ""), comparison, rng)
+        if _between(prompt, "suggestions") is not None:
+            return self._rewrite(skill, _json(_between(prompt, "suggestions")) or [], rng)
+        if _between(prompt, "skills") is not None:
+            return self._merge_skills(skill, _json(_between(prompt, "skills")) or [], rng)
+        avoid, focus = self._advice(prompt)
+        if _between(prompt, "failures") is not None:
+            failures = _json(_between(prompt, "failures")) or []
+            return self._failure_analyst(prompt, skill, failures, self._budget(prompt), rng, avoid, focus)
+        if _between(prompt, "successes") is not None:
+            return self._success_analyst(prompt, skill, _json(_between(prompt, "successes")) or [], rng, avoid)
+        if _between(prompt, "failure_patch") is not None:
+            fail = _json(_between(prompt, "failure_patch")) or {}
+            succ = _json(_between(prompt, "success_patch")) or {}
+            return self._merge([fail, succ], rng)  # failure edits come first, so they win duplicates
+        if _between(prompt, "patches") is not None:
+            return self._merge(_json(_between(prompt, "patches")) or [], rng)
+        if _between(prompt, "edits") is not None:
+            return self._rank(_json(_between(prompt, "edits")) or [], self._budget(prompt), rng)
+        return "I am not sure what you are asking."
+
+    @staticmethod
+    def _budget(prompt: str) -> int:
+        match = re.search(r"at most (\d+) (?:edits|suggestions)|Only (\d+) of the candidate edits", prompt)
+        return int(next(g for g in match.groups() if g)) if match else 3
+
+    @staticmethod
+    def _advice(prompt: str) -> tuple[set[str], list[str]]:
+        """What the step buffer and the memo say: texts not to propose again,
+        and task types to focus on."""
+        avoid: set[str] = set()
+        for entry in _json(_between(prompt, "previous_steps")) or []:
+            for edit in entry.get("rejected_edits", []) if isinstance(entry, dict) else []:
+                avoid.add(str(edit.get("content", "")).lstrip("- ").strip())
+        focus: list[str] = []
+        for line in (_between(prompt, "optimizer_memo") or "").splitlines():
+            if line.startswith("- Avoid: "):
+                avoid.add(line.removeprefix("- Avoid: ").strip())
+            elif line.startswith("- Focus: "):
+                focus.append(line.removeprefix("- Focus: ").strip())
+        return avoid, focus
+
+    def _rule_edit(self, skill: str, text: str) -> dict[str, str]:
+        if "## Rules" in skill:
+            return {"op": "insert_after", "target": "## Rules", "content": f"- {text}"}
+        return {"op": "append", "target": "", "content": f"- {text}"}
+
+    def _propose(self, skill: str, task_type: str, rng, avoid: set[str]) -> dict[str, str] | None:
+        """One edit for a failing task type, or None."""
+        low = skill.lower()
+        harms = [h for h in HARMS if h.key in low and (not h.task_types or task_type in h.task_types)]
+        if harms and rng.random() < 0.6:
+            line = next((ln for ln in skill.splitlines() if harms[0].key in ln.lower()), None)
+            if line:
+                return {"op": "delete", "target": line, "content": ""}
+        rule = self.world.rule_for(task_type)
+        if rule.key in low:
+            if rng.random() < 0.4:
+                line = next(ln for ln in skill.splitlines() if rule.key in ln.lower())
+                return {"op": "replace", "target": line, "content": f"{line} This matters."}
+            return None
+        roll = rng.random()
+        if roll < 0.35:
+            text = rng.choice(rule.variants)
+        elif roll < 0.8:
+            text = rng.choice(USELESS)
+        else:
+            text = rng.choice(HARMS).text
+        if text in avoid:  # told not to: think again, once
+            text = rng.choice(rule.variants) if rng.random() < 0.5 else None
+        return self._rule_edit(skill, text) if text else None
+
+    def _failure_analyst(self, prompt: str, skill: str, failures: list[dict], budget: int, rng,
+                         avoid: set[str], focus: list[str]) -> str:
+        if rng.random() < 0.06:
+            return "The skill should be clearer. I would add a rule about checking answers."
+        counts = Counter(f.get("task_type", "") for f in failures)
+        ranked = sorted(counts.items(), key=lambda kv: (kv[0] not in focus, -kv[1], kv[0]))
+        edits: list[dict[str, str]] = []
+        summary: list[str] = []
+        for task_type, n in ranked[:2]:  # an analyst focuses on the commonest patterns
+            if len(edits) >= budget:
+                break
+            summary.append(f"{n} failure(s) on {task_type or 'untyped'} questions")
+            edit = self._propose(skill, task_type, rng, avoid)
+            if edit:
+                edits.append(edit)
+        return self._patch_reply(prompt, skill, f"Looked at {len(failures)} failures.", summary, edits)
+
+    def _success_analyst(self, prompt: str, skill: str, successes: list[dict], rng, avoid: set[str]) -> str:
+        roll = rng.random()
+        edits = []
+        if 0.55 <= roll < 0.9:
+            text = rng.choice(USELESS)
+            if text not in avoid:
+                edits.append(self._rule_edit(skill, text))
+        elif roll >= 0.9 and HARMS[2].text not in avoid:
+            edits.append(self._rule_edit(skill, HARMS[2].text))
+        return self._patch_reply(prompt, skill, f"{len(successes)} successes; the skill mostly works.", [], edits)
+
+    @staticmethod
+    def _suggestion(edit: dict[str, str]) -> str:
+        if edit["op"] == "delete":
+            return f"Remove the line: {edit['target']}"
+        if edit["op"] == "replace":
+            return f"Replace the line: {edit['target']} => {edit['content']}"
+        return f"Add the rule: {edit['content'].lstrip('- ')}"
+
+    def _patch_reply(self, prompt: str, skill: str, reasoning: str, summary: list[str], edits: list[dict]) -> str:
+        """The analyst's reply in the shape its prompt asks for."""
+        out: dict[str, Any] = {"reasoning": reasoning, "failure_summary": summary}
+        if '"suggestions": [' in prompt:
+            out["suggestions"] = [self._suggestion(e) for e in edits]
+        elif '"skill": "<the whole' in prompt:
+            out["skill"] = _apply(skill, edits)
+        else:
+            out["edits"] = edits
+        return json.dumps(out)
+
+    def _rewrite(self, skill: str, suggestions: list, rng) -> str:
+        if rng.random() < 0.06:
+            return "Here is the improved skill: it now covers every case."
+        edits = []
+        for s in (x for x in suggestions if isinstance(x, str)):
+            if s.startswith("Remove the line: "):
+                edits.append({"op": "delete", "target": s.removeprefix("Remove the line: "), "content": ""})
+            elif s.startswith("Replace the line: ") and " => " in s:
+                target, content = s.removeprefix("Replace the line: ").split(" => ", 1)
+                edits.append({"op": "replace", "target": target, "content": content})
+            else:
+                edits.append(self._rule_edit(skill, s.removeprefix("Add the rule: ")))
+        return json.dumps({"reasoning": f"Applied {len(edits)} suggestions.", "skill": _apply(skill, edits)})
+
+    def _merge_skills(self, skill: str, versions: list, rng) -> str:
+        if rng.random() < 0.05:
+            return "Both versions are good; use either."
+        texts = [(v.get("source", ""), str(v.get("skill", ""))) for v in versions if isinstance(v, dict)]
+        if not texts:
+            return json.dumps({"skill": skill})
+        base = set(skill.splitlines())
+        lines = texts[0][1].splitlines()
+        for source, text in texts[1:]:
+            other = text.splitlines()
+            for line in other:
+                if line and line not in base and line not in lines:
+                    at = lines.index("## Rules") + 1 if "## Rules" in lines else len(lines)
+                    lines.insert(at, line)
+            if source == "failure":
+                lines = [ln for ln in lines if ln not in base or ln in other or not ln.strip()]
+        return json.dumps({"skill": "\n".join(lines) + "\n"})
+
+    def _value(self, edit: dict) -> float:
+        content, op = str(edit.get("content", "")).lower(), edit.get("op")
+        if op == "delete" and any(h.key in str(edit.get("target", "")).lower() for h in HARMS):
+            return 2.5
+        if any(key in content for key in self.world.all_rule_keys()):
+            return 2.0
+        if any(h.key in content for h in HARMS):
+            return 0.5
+        return 1.0
+
+    def _learning_rate(self, edits: list, rng) -> str:
+        roll = rng.random()
+        if roll < 0.06:
+            return "Apply a moderate number of edits."
+        if roll < 0.1:
+            return json.dumps({"reasoning": "Apply everything.", "num_edits": 99})
+        good = sum(1 for e in edits if isinstance(e, dict) and self._value(e) >= 2)
+        k = max(good, 1 if edits else 0) + (1 if rng.random() < 0.2 else 0)
+        return json.dumps({"reasoning": f"{good} of {len(edits)} edits look well supported.", "num_edits": k})
+
+    def _troubled_types(self, comparison: list) -> list[str]:
+        bad = Counter(c.get("task_type", "") for c in comparison
+                      if isinstance(c, dict) and c.get("label") in ("regressed", "persistent_fail"))
+        return [t for t, _ in bad.most_common()]
+
+    def _slow_update(self, skill: str, guidance: str, comparison: list, rng) -> str:
+        if rng.random() < 0.06:
+            return "Keep going; the skill is improving."
+        low = skill.lower()
+        keys = self.world.all_rule_keys()
+        lines = [ln for ln in guidance.splitlines() if any(k in ln.lower() for k in keys)]
+        for task_type in self._troubled_types(comparison)[:2]:
+            rule = self.world.rule_for(task_type)
+            if rule.key not in low and rng.random() < 0.5:
+                lines.append(f"- {rng.choice(rule.variants)}")
+        if not lines:
+            lines = ["- Keep following the rules above; they worked across the last epoch."]
+        return json.dumps({"reasoning": f"{len(comparison)} compared items.", "guidance": "\n".join(lines)})
+
+    def _meta_memo(self, skills: str, comparison: list, rng) -> str:
+        """Lines seen in either skill that do not help, and the task types still failing."""
+        if rng.random() < 0.06:
+            return "Memo: be careful."
+        low = skills.lower()
+        lines = [f"- Avoid: {text}" for text in USELESS if text.lower() in low]
+        lines += [f"- Avoid: {h.text}" for h in HARMS if h.key in low]
+        lines += [f"- Focus: {t}" for t in self._troubled_types(comparison)[:3]]
+        return json.dumps({"memo": "\n".join(lines)})
+
+    def _key(self, edit: dict) -> str:
+        content = str(edit.get("content", "")).lower()
+        for key in self.world.all_rule_keys():
+            if key in content:
+                return f"rule:{key}"
+        return f"{edit.get('op')}|{edit.get('target')}|{content}"
+
+    def _merge(self, patches: list[dict], rng) -> str:
+        if rng.random() < 0.05:
+            return "Merged: keep all edits."
+        seen: dict[str, dict] = {}
+        for patch in patches:
+            for edit in patch.get("edits", []) if isinstance(patch, dict) else []:
+                seen.setdefault(self._key(edit), {k: edit.get(k, "") for k in ("op", "target", "content")})
+        return json.dumps({"edits": list(seen.values())})
+
+    def _rank(self, edits: list[dict], budget: int, rng) -> str:
+        if rng.random() < 0.05:
+            return "The first few look best."
+        scored = sorted(((self._value(e) + rng.random() * 1.6, e.get("index", i)) for i, e in enumerate(edits)),
+                        reverse=True)
+        return json.dumps({"selected_indices": [idx for _, idx in scored[:budget]]})
+
+
+def _apply(skill: str, edits: list[dict]) -> str:
+    text, _ = apply_edits(skill, [Edit(op=e["op"], target=e.get("target", ""), content=e.get("content", ""))
+                                  for e in edits])
+    return text

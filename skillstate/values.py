@@ -1,0 +1,93 @@
+"""The value objects events are made of: usage, call references, edits,
+item results and scores. All frozen."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Usage(Frozen):
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(
+            calls=self.calls + other.calls,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+        )
+
+
+class CallRef(Frozen):
+    """One LLM request the event depended on (full text in the call table)."""
+
+    request_hash: str
+    role: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+
+
+class Edit(Frozen):
+    op: str
+    target: str = ""
+    content: str = ""
+    source: str = "failure"  # failure | success
+    support: int = 0  # number of trajectories behind it
+
+
+class ApplyEntry(Frozen):
+    index: int
+    op: str
+    status: str  # applied | appended | unchanged | skipped_absent | skipped_empty_target | skipped_unknown_op
+
+
+class ItemResult(Frozen):
+    item_id: str
+    task_type: str = ""
+    hard: float
+    soft: float
+    fail_reason: str = ""
+    prediction: str = ""
+    trajectory: str | None = None  # blob hash of the conversation
+    call: CallRef | None = None
+
+
+class SplitScore(Frozen):
+    hard: float
+    soft: float
+    n: int
+
+
+class Scores(Frozen):
+    hard: float
+    soft: float
+    gate: float  # the gate metric's value (plus the semantic-density bonus, if any)
+    n: int
+    density: float = 0.0  # share of the skill's lines led by MUST/ALWAYS/NEVER-style words
+    by_task_type: dict[str, SplitScore] = Field(default_factory=dict)
+
+
+class MergeCall(Frozen):
+    level: int
+    side: str  # failure | success | final
+    inputs: int
+    status: str  # ok | fallback
+    call: CallRef | None = None
+
+
+def usage_of(calls: list[CallRef | None]) -> dict[str, Usage]:
+    """Usage per role of a list of calls."""
+    out: dict[str, Usage] = {}
+    for call in calls:
+        if call is None:
+            continue
+        out[call.role] = out.get(call.role, Usage()) + Usage(
+            calls=1, prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens
+        )
+    return out
