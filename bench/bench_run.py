@@ -1,6 +1,7 @@
 """Benchmark: a default sim run, then replay, verify and audit of it.
 
-Run on demand:  python bench/bench_run.py [--db-dir DIR]
+Run on demand:  python bench/bench_run.py [--db-dir DIR] [--all-features]
+(--all-features: slow update, meta skill and the autonomous learning rate on)
 Prints wall time per phase and the process's peak resident memory. Results
 depend on the machine; the README records one measurement.
 """
@@ -28,12 +29,14 @@ def timed(label: str, fn):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--db-dir", default=None)
+    parser.add_argument("--all-features", action="store_true")
     args = parser.parse_args()
+    features = dict(use_slow_update=True, use_meta_skill=True, lr_control="autonomous") if args.all_features else {}
     directory = Path(args.db_dir or tempfile.mkdtemp())
     db = directory / "bench.db"
     db.unlink(missing_ok=True)
-    trainer = Trainer(SkillConfig(), db=f"sqlite:///{db}", run_id="bench")
-    result = timed("default sim run (12 steps)", trainer.train)
+    trainer = Trainer(SkillConfig(**features), db=f"sqlite:///{db}", run_id="bench")
+    result = timed(f"{'all-features' if features else 'default'} sim run (12 steps)", trainer.train)
     store = trainer.store
     timed("replay --to-step 6", lambda: replay(store, "bench", 6))
     timed("replay --to-step 12", lambda: replay(store, "bench", 12))

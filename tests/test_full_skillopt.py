@@ -152,8 +152,6 @@ def test_autonomous_learning_rate_is_clamped_and_drives_select(all_on):
 @pytest.mark.parametrize("reply, chosen", [("no idea", 0), ('{"num_edits": 99}', None), ('{"num_edits": -3}', 0),
                                            ('{"num_edits": "two"}', 0), ('{"num_edits": 1.7}', 1)])
 def test_autonomous_learning_rate_replies(tmp_path, reply, chosen):
-    from skillstate.sim.backend import SimBackend  # noqa: F401  (the other calls stay simulated)
-
     def optimizer(prompt):
         if "<candidate_edits>" in prompt:
             return reply

@@ -80,22 +80,28 @@ def comparison_view(ctx: RunContext, comparison: EpochCompared) -> list[dict[str
     return out
 
 
-def _skills(ctx: RunContext, comparison: EpochCompared) -> dict[str, str]:
-    return {"previous_skill": ctx.blob(comparison.previous_skill), "skill": ctx.blob(comparison.skill)}
+def _ask(ctx: RunContext, state: RunState, name: str, model, field: str, **values):
+    """One epoch-boundary optimizer call over the comparison: (status, reply, call result)."""
+    comparison = state.boundary.comparison
+    result = ctx.optimizer(compose(ctx, state, name, comparison=to_json(comparison_view(ctx, comparison)),
+                                   previous_skill=ctx.blob(comparison.previous_skill),
+                                   skill=ctx.blob(comparison.skill), **values))
+    if not result.ok:
+        return "error", None, result
+    reply = parse_reply(result.text, model)
+    if reply is None or not getattr(reply, field).strip():
+        return "unparseable", None, result
+    return "ok", reply, result
 
 
 def slow_update(ctx: RunContext, state: RunState) -> list[Event]:
-    b = state.boundary
-    prompt = compose(ctx, state, "slow_update", guidance=state.guidance or NONE_YET,
-                     comparison=to_json(comparison_view(ctx, b.comparison)), **_skills(ctx, b.comparison))
-    result = ctx.optimizer(prompt)
-    if not result.ok:
-        return [SlowUpdateProposed(epoch=b.epoch, status="error", reasoning=result.error or "", call=result.ref)]
-    reply = parse_reply(result.text, GuidanceReply)
-    if reply is None or not reply.guidance.strip():
-        return [SlowUpdateProposed(epoch=b.epoch, status="unparseable", call=result.ref)]
+    epoch = state.boundary.epoch
+    status, reply, result = _ask(ctx, state, "slow_update", GuidanceReply, "guidance",
+                                 guidance=state.guidance or NONE_YET)
+    if reply is None:
+        return [SlowUpdateProposed(epoch=epoch, status=status, reasoning=result.error or "", call=result.ref)]
     skill = ctx.put_blob(with_guidance(ctx.blob(state.current_skill), reply.guidance))
-    return [SlowUpdateProposed(epoch=b.epoch, status="ok", guidance=reply.guidance.strip("\n"),
+    return [SlowUpdateProposed(epoch=epoch, status="ok", guidance=reply.guidance.strip("\n"),
                                reasoning=reply.reasoning, skill=skill, call=result.ref)]
 
 
@@ -122,16 +128,9 @@ def slow_update_decide(ctx: RunContext, state: RunState) -> list[Event]:
 
 
 def meta_skill(ctx: RunContext, state: RunState) -> list[Event]:
-    b = state.boundary
-    prompt = compose(ctx, state, "meta_skill", memo=state.memo or NONE_YET,
-                     comparison=to_json(comparison_view(ctx, b.comparison)), **_skills(ctx, b.comparison))
-    result = ctx.optimizer(prompt)
-    if not result.ok:
-        return [MetaSkillWritten(epoch=b.epoch, status="error", call=result.ref)]
-    reply = parse_reply(result.text, MemoReply)
-    if reply is None or not reply.memo.strip():
-        return [MetaSkillWritten(epoch=b.epoch, status="unparseable", call=result.ref)]
-    return [MetaSkillWritten(epoch=b.epoch, status="ok", memo=reply.memo.strip(), call=result.ref)]
+    status, reply, result = _ask(ctx, state, "meta_skill", MemoReply, "memo", memo=state.memo or NONE_YET)
+    memo = reply.memo.strip() if reply is not None else ""
+    return [MetaSkillWritten(epoch=state.boundary.epoch, status=status, memo=memo, call=result.ref)]
 
 
 def end_epoch(ctx: RunContext, state: RunState) -> list[Event]:

@@ -199,10 +199,12 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
                                         before=verify_until, budget=budget)
     ctx = RunContext(store=store, run_id=run_id, config=config, env=env, prompts=prompts, clients=clients,
                      log=log, on_progress=on_progress)
+    models: dict[str, list[str]] = {}  # one warning per model, whatever roles share it
     for role in roles_of(state.kind):
-        model = config.model_for(role)
+        models.setdefault(config.model_for(role), []).append(role)
+    for model, roles in models.items():
         if verify_until is None and price_for(model, config.prices) is None:
-            ctx.warn(f"no price for model {model!r} ({role}): its calls count as $0; "
+            ctx.warn(f"no price for model {model!r} ({' and '.join(roles)}): its calls count as $0; "
                      f"add it with --set 'prices={{\"{model}\": [IN, OUT]}}' (USD per 1M tokens)")
     return ctx
 
@@ -300,14 +302,14 @@ def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, A
              run_id: str | None = None) -> str:
     """A new run inheriting the parent's state after `step`, with overrides."""
     parent = lineage_events(store, parent_run_id)
+    if parent and getattr(parent[0].event, "kind", "train") != "train":
+        raise UserError(f"run {parent_run_id!r} is an evaluation run; only training runs can be forked")
     count = step_boundary(parent, step)
     state = state_of(parent[:count])
     for key in overrides:
         if key.split(".")[0] in FIXED_ON_FORK:
             raise ConfigError(f"a fork cannot change {key}: it inherits the parent's data and starting skill")
     config = validate_config(merge_overrides(dict(state.config), overrides))
-    if state.kind != "train":
-        raise UserError(f"run {parent_run_id!r} is an evaluation run; only training runs can be forked")
     prompts = dict(state.prompts)
     blobs: dict[str, str] = {}
     inherited = dict(state.config.get("prompts", {}))

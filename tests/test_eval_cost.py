@@ -1,0 +1,247 @@
+"""`skillstate eval`, cost accounting and prices, the cost budget, the v1
+event upcaster and the full-SkillOpt prompt overrides."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+from click.testing import CliRunner
+
+import skillstate.cli.main  # noqa: F401  (registers the commands)
+from skillstate import evaluate_skill
+from skillstate.cli.app import cli
+from skillstate.config import SkillConfig
+from skillstate.engine.runner import lineage_events
+from skillstate.errors import ConfigError
+from skillstate.events import RunStarted, decode, encode
+from skillstate.pricing import DEFAULT_PRICES, price_for
+from skillstate.prompts import PROMPT_NAMES, resolve_prompts
+from skillstate.sim.world import bundled_splits
+from skillstate.store import Store
+from skillstate.trainer import Trainer
+
+from conftest import EXAMPLES, small_config
+
+SIM_TYPES = {"arithmetic", "date_reasoning", "letter_counting", "list_ordering", "reading", "unit_conversion"}
+
+
+def call(*args, code=0, env=None):
+    res = CliRunner().invoke(cli, [str(a) for a in args], env=env)
+    assert res.exit_code == code, res.output
+    return res
+
+
+def as_json(*args):
+    return json.loads(call(*args).stdout)
+
+
+def run_ids(db):
+    return {r["run_id"]: r["status"] for r in as_json("runs", "--json", "--db", db)}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A finished small sim run `t` (2 epochs) and its exported best skill."""
+    tmp = tmp_path_factory.mktemp("trained")
+    db = f"sqlite:///{tmp / 't.db'}"
+    Trainer(small_config(), db=db, run_id="t").train().store.close()
+    skill = tmp / "best.md"
+    call("export", "t", "--best", "-o", skill, "--db", db)
+    return db, skill, as_json("show", "t", "--json", "--db", db)
+
+
+def test_eval_cli_scores_a_skill_as_a_recorded_run(trained):
+    db, skill, _ = trained
+    text = call("eval", "--skill", skill, "--run-id", "ev", "--db", db).output
+    assert "by task type" in text and all(t in text for t in SIM_TYPES)
+    s = as_json("eval", "--skill", skill, "--run-id", "ev2", "--json", "--db", db)
+    assert s["kind"] == "eval" and s["status"] == "evaluated"
+    assert set(s["test"]["eval"]["by_task_type"]) == SIM_TYPES
+    assert {i["task_type"] for i in bundled_splits()["test"]} == SIM_TYPES
+    assert run_ids(db)["ev"] == run_ids(db)["ev2"] == "evaluated"
+    for rid in ("ev", "ev2"):
+        call("audit", rid, "--db", db)
+        call("replay", rid, "--verify", "--db", db)
+
+
+def test_eval_splits_and_datasets(trained, tmp_path):
+    db, skill, _ = trained
+    val = as_json("eval", "--skill", skill, "--split", "val", "--json", "--db", db)
+    assert val["test"]["eval"]["split"] == "val" and val["test"]["eval"]["n"] == 60
+    qa = as_json("eval", "--skill", skill, "--data", EXAMPLES / "qa", "--split", "train", "--json",
+                 "--db", f"sqlite:///{tmp_path / 'qa.db'}")
+    assert qa["status"] == "evaluated" and qa["test"]["eval"]["split"] == "train" and qa["test"]["eval"]["n"] == 36
+
+
+@pytest.mark.parametrize("args, words", [(["--skill", "no_such_skill.md"], "no_such_skill.md"),
+                                         (["--split", "nope"], "nope"), (["--backend", "openai"], "model")])
+def test_eval_errors_are_one_line_and_create_no_run(trained, tmp_path, args, words):
+    db, skill, _ = trained
+    before = run_ids(db)
+    full = ["eval", *(["--skill", skill] if "--skill" not in args else []), *args, "--db", db]
+    res = CliRunner().invoke(cli, [str(a) for a in full], env={"OPENAI_API_KEY": "k"})
+    assert res.exit_code == 2, res.output
+    assert len(res.stderr.strip().splitlines()) == 1 and words in res.stderr and "Traceback" not in res.output
+    assert run_ids(db) == before
+
+
+def test_an_eval_run_cannot_be_forked(trained):
+    db, skill, _ = trained
+    call("eval", "--skill", skill, "--run-id", "evf", "-q", "--db", db)
+    before = run_ids(db)
+    call("fork", "evf", "0", "--run-id", "bad", "--db", db, code=2)
+    assert run_ids(db) == before
+
+
+def test_forking_an_eval_run_says_why(trained):
+    db, skill, _ = trained
+    call("eval", "--skill", skill, "--run-id", "evw", "-q", "--db", db)
+    res = call("fork", "evw", "0", "--db", db, code=2)
+    assert "evaluation run" in res.stderr
+
+
+def test_python_eval_of_the_best_skill_matches_the_training_test_score(trained, tmp_path):
+    _, skill, summary = trained
+    result = evaluate_skill(SkillConfig(initial_skill=str(skill)), "test", db=f"sqlite:///{tmp_path / 'e.db'}")
+    ev = result.summary["test"]["eval"]
+    assert result.summary["kind"] == "eval" and result.summary["usage"]["target"]["sent"] == ev["n"] == 60
+    assert ev["hard"] == summary["test"]["best"]["hard"]
+    assert ev["by_task_type"] == summary["test"]["best"]["by_task_type"]
+
+
+def test_cost_summary_of_a_sim_run(trained):
+    db, _, s = trained
+    cost = s["cost"]
+    assert set(cost["by_role"]) == {"optimizer", "target"} and cost["unpriced_models"] == []
+    assert {"baseline", "rollout", "reflect", "aggregate", "gate", "test"} <= set(cost["by_stage"])
+    values = [*cost["by_role"].values(), *cost["paid_by_role"].values(), cost["total"], cost["paid"],
+              *(v for roles in cost["by_stage"].values() for v in roles.values())]
+    assert all(v >= 0 for v in values) and cost["total"] > 0
+    assert cost["total"] == pytest.approx(sum(cost["by_role"].values()), abs=1e-6)
+    assert cost["paid"] <= cost["total"] + 1e-9
+    for role, model in (("target", "sim-target"), ("optimizer", "sim-optimizer")):
+        u, (p_in, p_out) = s["usage"][role], DEFAULT_PRICES[model]
+        expected = (u["prompt_tokens"] * p_in + u["completion_tokens"] * p_out) / 1e6
+        assert cost["by_role"][role] == pytest.approx(expected, abs=1e-6)
+        assert sum(r.get(role, 0) for r in cost["by_stage"].values()) == pytest.approx(expected, abs=1e-5)
+    assert DEFAULT_PRICES["sim-target"] == (0.15, 0.60) and DEFAULT_PRICES["sim-optimizer"] == (2.00, 8.00)
+    assert "cost (USD)" in call("show", "t", "--db", db).output
+
+
+def test_price_for():
+    assert price_for("gpt-4o") == price_for("gpt-4o-2024-08-06") == (2.50, 10.00)
+    assert price_for("gpt-4o-mini") == price_for("gpt-4o-mini-2024-07-18") == (0.15, 0.60)
+    assert price_for("sim-model") is None and price_for("claude-x") is None
+    assert price_for("gpt-4o", {"gpt-4o": [1.0, 2.0]}) == (1.0, 2.0)
+    assert price_for("sim-model", {"sim-model": (3.0, 4.0)}) == (3.0, 4.0)
+    assert price_for("gpt-4o-mini-2024-07-18", {"gpt-4o-mini": (9.0, 9.0)}) == (9.0, 9.0)
+
+
+def _openai_run(server, db, *extra):
+    return ["run", "--backend", "openai", "--model", "sim-model", "--base-url", server.base_url,
+            "--data", str(EXAMPLES / "qa"), "--batch-size", "12", "--epochs", "1", "-q",
+            "--set", "eval_test=false", "--db", db, *extra]
+
+
+def _unpriced_run(sim_server, tmp_path):
+    db = f"sqlite:///{tmp_path / 'u.db'}"
+    res = call(*_openai_run(sim_server, db, "--run-id", "u"), env={"OPENAI_API_KEY": "k"})
+    return res, as_json("show", "u", "--json", "--db", db)["cost"]
+
+
+def test_an_unpriced_model_costs_zero(sim_server, tmp_path):
+    res, cost = _unpriced_run(sim_server, tmp_path)
+    assert any(line.startswith("warning: no price for model 'sim-model'") for line in res.stderr.splitlines())
+    assert cost["unpriced_models"] == ["sim-model"]
+    assert cost["total"] == cost["paid"] == 0 and set(cost["by_role"].values()) == {0.0}
+    assert all(v == 0 for roles in cost["by_stage"].values() for v in roles.values())
+
+
+def test_an_unpriced_model_draws_exactly_one_warning(sim_server, tmp_path):
+    res, _ = _unpriced_run(sim_server, tmp_path)
+    warned = [l for l in res.stderr.splitlines() if l.startswith("warning: no price for model 'sim-model'")]
+    assert len(warned) == 1, res.stderr
+
+
+def test_prices_config_prices_an_unknown_model(sim_server, tmp_path):
+    db = f"sqlite:///{tmp_path / 'p.db'}"
+    res = call(*_openai_run(sim_server, db, "--run-id", "p", "--set", 'prices={"sim-model": [1.0, 2.0]}'),
+               env={"OPENAI_API_KEY": "k"})
+    assert "warning" not in res.stderr
+    cost = as_json("show", "p", "--json", "--db", db)["cost"]
+    assert cost["unpriced_models"] == [] and cost["total"] > 0 and cost["paid"] > 0
+    assert all(v > 0 for v in cost["by_role"].values())
+
+
+def _events(db, run_id):
+    store = Store(db)
+    events = [(s.type, encode(s.event)) for s in lineage_events(store, run_id)]
+    store.close()
+    return events
+
+
+def test_budget_stop_resume_and_equality_with_an_uninterrupted_run(tmp_path):
+    db, ref = f"sqlite:///{tmp_path / 'b.db'}", f"sqlite:///{tmp_path / 'ref.db'}"
+    res = call("run", "--epochs", "1", "--max-cost-usd", "0.02", "--run-id", "b", "-q", "--db", db, code=3)
+    [line] = res.stderr.strip().splitlines()
+    assert "cost budget reached" in line and "--max-cost-usd" in line
+    call("audit", "b", "--db", db)
+    assert as_json("show", "b", "--json", "--db", db)["status"] != "completed"
+    again = CliRunner().invoke(cli, ["resume", "b", "--max-cost-usd", "0.05", "-q", "--db", db])
+    assert again.exit_code in (0, 3), again.output
+    call("audit", "b", "--db", db)  # the log ends at an event boundary
+    call("run", "--run-id", "b", "--max-cost-usd", "100", "-q", "--db", db)
+    call("run", "--epochs", "1", "--run-id", "c", "-q", "--db", ref)
+    done, plain = as_json("show", "b", "--json", "--db", db), as_json("show", "c", "--json", "--db", ref)
+    assert done["status"] == plain["status"] == "completed"
+    stopped, straight = _events(db, "b"), _events(ref, "c")
+    assert stopped[0][0] == straight[0][0] == "RunStarted"
+    assert stopped[1:] == straight[1:]
+    assert {r: u["sent"] for r, u in done["usage"].items()} == {r: u["sent"] for r, u in plain["usage"].items()}
+    assert done["cost"]["paid"] == pytest.approx(plain["cost"]["paid"], abs=1e-6)
+
+
+def test_fork_accepts_a_budget(trained, tmp_path):
+    db, _, _ = trained
+    res = call("fork", "t", "1", "--run-id", "fb", "--edit-budget", "2", "--max-cost-usd", "0.001", "-q",
+               "--db", db, code=3)
+    assert "cost budget reached" in res.stderr
+    assert [p for t, p in _events(db, "fb") if t == "RunForked"][0]["config"]["max_cost_usd"] == 0.001
+    call("audit", "fb", "--db", db)
+    call("resume", "fb", "--max-cost-usd", "100", "-q", "--db", db)
+    assert as_json("show", "fb", "--json", "--db", db)["status"] == "completed"
+
+
+def test_run_started_v1_is_upcast_without_the_step_buffer(trained):
+    db, _, _ = trained
+    kind, v2 = _events(db, "t")[0]
+    assert kind == "RunStarted" and RunStarted.version == 2 and v2["config"]["use_step_buffer"] is True
+    v1 = json.loads(json.dumps(v2))
+    del v1["config"]["use_step_buffer"]
+    up = decode("RunStarted", 1, v1)
+    assert up.config["use_step_buffer"] is False
+    assert {k: v for k, v in up.config.items() if k != "use_step_buffer"} == v1["config"]
+    assert decode("RunStarted", 2, v2).config["use_step_buffer"] is True
+    assert decode("RunStarted", 1, v2).config["use_step_buffer"] is True  # a v1 payload with the key keeps it
+
+
+def test_new_prompts_can_be_overridden_inline():
+    text = "Rewrite the guidance block.\n$guidance\nReply with JSON only."
+    cfg = SkillConfig(prompts={"slow_update": text, "meta_skill": "memo\n$comparison"})
+    texts = resolve_prompts(cfg.prompts)
+    assert texts["slow_update"] == text and texts["meta_skill"] == "memo\n$comparison"
+    assert set(texts) == set(PROMPT_NAMES)
+    with pytest.raises(ConfigError) as err:
+        resolve_prompts({"slow_updat": "x"})
+    assert "slow_updat" in str(err.value) and "slow_update" in str(err.value) and "meta_skill" in str(err.value)
+
+
+def test_optimizer_prompt_files_ask_for_json_only():
+    files = [f for f in resources.files("skillstate.prompts").iterdir() if f.name.endswith(".md")]
+    assert set(PROMPT_NAMES) <= {f.name[:-3] for f in files}
+    # the target's user prompt and the optimizer's system prompt are not JSON-reply calls
+    for f in files:
+        if f.name[:-3] not in ("qa_user", "optimizer_system"):
+            assert "Reply with JSON only" in f.read_text(encoding="utf-8"), f.name
