@@ -68,6 +68,9 @@ def test_step_buffer_is_shown_within_an_epoch_and_reset_at_the_next(all_on):
     analyst = [p for p in _requests(store, "all", "optimizer") if "<failures>" in p]
     with_buffer = [p for p in analyst if "<previous_steps>" in p]
     assert with_buffer and len(with_buffer) < len(analyst)
+    others = [p for p in _requests(store, "all", "optimizer") if "<patches>" in p or "<edits>" in p
+              or "<comparison>" in p]
+    assert others and not any("<previous_steps>" in p for p in others)  # merges, ranking, epoch calls: no buffer
     state = load_run(store, "all").state
     # the fold keeps the buffer of the current epoch only: the last epoch's steps 5 and 6
     assert [b.step for b in state.buffer] == [5, 6]

@@ -45,13 +45,15 @@ def memo_block(ctx: RunContext, state: RunState) -> str:
     return f"{MEMO_HEADER}\n<optimizer_memo>\n{state.memo.strip()}\n</optimizer_memo>\n\n"
 
 
-def compose(ctx: RunContext, state: RunState, name: str, *, memo: bool = False, **values: Any) -> str:
-    """Render prompt `name`. The step buffer goes where the template has
-    `$step_buffer` (after the template when an override leaves it out); the
-    memo, when asked for, is prepended."""
+def compose(ctx: RunContext, state: RunState, name: str, *, memo: bool = False, buffer: bool = False,
+            **values: Any) -> str:
+    """Render prompt `name`. With `buffer` (the analysts, the learning rate,
+    the rewrite call) the step buffer goes where the template has
+    `$step_buffer`, or after the template when an override leaves it out;
+    with `memo` (the analysts, merges and ranking) the memo is prepended."""
     template = ctx.prompts[name]
-    buffer = step_buffer_block(ctx, state)
-    text = render(template, step_buffer=buffer, **values)
-    if buffer and "$step_buffer" not in template:
-        text = text.rstrip("\n") + "\n" + buffer
+    block = step_buffer_block(ctx, state) if buffer else ""
+    text = render(template, step_buffer=block, **values)
+    if block and "$step_buffer" not in template:
+        text = text.rstrip("\n") + "\n" + block
     return (memo_block(ctx, state) if memo else "") + text

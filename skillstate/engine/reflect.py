@@ -62,7 +62,7 @@ def reflect(ctx: RunContext, state: RunState) -> list[Event]:
     def analyse(mb: Minibatch) -> PatchProposed:
         sub, source, index, ids = mb
         views = [item_view(ctx.env, by_id[i], json.loads(ctx.blob(by_id[i].trajectory))) for i in ids]
-        prompt = compose(ctx, state, ANALYST_PROMPTS[mode].format(source), memo=True, skill=skill,
+        prompt = compose(ctx, state, ANALYST_PROMPTS[mode].format(source), memo=True, buffer=True, skill=skill,
                          budget=p.edit_budget, trajectories=to_json(views))
         result = ctx.optimizer(prompt)
         common = dict(step=p.step, source=source, minibatch=index, item_ids=ids, call=result.ref, sub_batch=sub)

@@ -34,7 +34,7 @@ def choose_learning_rate(ctx: RunContext, state: RunState) -> list[Event]:
         "current_score": state.current_score, "best_score": state.best_score,
         "scheduler_budget": p.edit_budget,
     }
-    result = ctx.optimizer(compose(ctx, state, "learning_rate", skill=ctx.blob(p.base_skill), batch=to_json(batch),
+    result = ctx.optimizer(compose(ctx, state, "learning_rate", buffer=True, skill=ctx.blob(p.base_skill), batch=to_json(batch),
                                    edits=to_json(edits_json(edits, with_index=True)), candidates=len(edits)))
     common = dict(step=p.step, candidates=len(edits), call=result.ref)
     if not result.ok:
@@ -97,7 +97,7 @@ def update(ctx: RunContext, state: RunState) -> list[Event]:
         extra["report"] = []
     else:
         suggestions = [e.content for e in p.selected.edits]
-        result = ctx.optimizer(compose(ctx, state, "rewrite", skill=body_of(base), suggestions=to_json(suggestions)))
+        result = ctx.optimizer(compose(ctx, state, "rewrite", buffer=True, skill=body_of(base), suggestions=to_json(suggestions)))
         reply = parse_reply(result.text, SkillReply) if result.ok else None
         extra.update(report=[], call=result.ref)
         if reply is None or not reply.skill.strip():
