@@ -13,7 +13,7 @@ from skillstate.engine.runner import LoadedRun, load_run, roles_of
 from skillstate.errors import NotFoundError
 from skillstate.config import SIM_MODELS
 from skillstate.events import Usage
-from skillstate.pricing import cost_usd, price_for
+from skillstate.pricing import cost_usd, price_for, sent_cost
 from skillstate.reducer import RunState, StepRecord, usage_totals
 from skillstate.store import Store
 
@@ -99,18 +99,17 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
     served from the call table."""
     s = loaded.state
     own = usage_totals(e.event for e in loaded.own)
-    paid = store.paid_usage(loaded.run_id)
+    sent_rows = store.paid_by_model(loaded.run_id)
+    paid: dict[str, Usage] = {}
+    for role, _model, calls, pt, ct in sent_rows:
+        paid[role] = paid.get(role, Usage()) + Usage(calls=calls, prompt_tokens=pt, completion_tokens=ct)
     usage = {}
     for role in sorted(set(own.usage) | set(paid)):
-        logical = own.usage.get(role)
-        sent = paid.get(role, {})
+        logical, sent = own.usage.get(role, Usage()), paid.get(role, Usage())
         usage[role] = {
-            "calls": logical.calls if logical else 0,
-            "prompt_tokens": logical.prompt_tokens if logical else 0,
-            "completion_tokens": logical.completion_tokens if logical else 0,
-            "sent": int(sent.get("calls", 0)),
-            "sent_prompt_tokens": int(sent.get("prompt_tokens", 0)),
-            "sent_completion_tokens": int(sent.get("completion_tokens", 0)),
+            "calls": logical.calls, "prompt_tokens": logical.prompt_tokens,
+            "completion_tokens": logical.completion_tokens, "sent": sent.calls,
+            "sent_prompt_tokens": sent.prompt_tokens, "sent_completion_tokens": sent.completion_tokens,
         }
     tests = {label: {"split": ev.split, "hard": ev.scores.hard, "soft": ev.scores.soft, "n": ev.scores.n,
                      "by_task_type": {k: v.model_dump() for k, v in ev.scores.by_task_type.items()}}
@@ -136,14 +135,15 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
         "usage": usage,
         "usage_by_stage": {stage: {role: u.model_dump() for role, u in roles.items()}
                            for stage, roles in own.usage_by_stage.items()},
-        "cost": cost_summary(store, loaded.run_id, dict(s.config), own, roles_of(s.kind)),
+        "cost": cost_summary(sent_rows, dict(s.config), own, roles_of(s.kind)),
     }
 
 
-def cost_summary(store: Store, run_id: str, config: dict[str, Any], own: RunState,
+def cost_summary(sent_rows: list[tuple[str, str, int, int, int]], config: dict[str, Any], own: RunState,
                  roles: tuple[str, ...] = ("target", "optimizer")) -> dict[str, Any]:
     """USD cost per role and per stage of the run's own events at list prices,
-    and what the requests it actually sent cost (the rest came from the log)."""
+    and what the requests it actually sent (`Store.paid_by_model` rows) cost;
+    the rest came from the log."""
     prices = config.get("prices") or {}
     models = {role: (config.get(role) or {}).get("model") or SIM_MODELS[role] for role in roles}
     unpriced = sorted({m for m in models.values() if price_for(m, prices) is None})
@@ -151,14 +151,11 @@ def cost_summary(store: Store, run_id: str, config: dict[str, Any], own: RunStat
     def priced(role: str, u: Usage) -> float:
         return round(cost_usd(u.prompt_tokens, u.completion_tokens, price_for(models.get(role, ""), prices)), 6)
 
-    by_stage = {stage: {role: priced(role, u) for role, u in roles.items()}
-                for stage, roles in own.usage_by_stage.items()}
+    by_stage = {stage: {role: priced(role, u) for role, u in per_role.items()}
+                for stage, per_role in own.usage_by_stage.items()}
     by_role = {role: priced(role, u) for role, u in own.usage.items()}
-    paid: dict[str, float] = {}
-    for role, model, _calls, pt, ct in store.paid_by_model(run_id):
-        paid[role] = round(paid.get(role, 0.0) + cost_usd(pt, ct, price_for(model, prices)), 6)
-        if price_for(model, prices) is None and model not in unpriced:
-            unpriced.append(model)
+    paid = {role: round(c, 6) for role, c in sent_cost(sent_rows, prices).items()}
+    unpriced += [model for _role, model, *_ in sent_rows if price_for(model, prices) is None and model not in unpriced]
     return {"currency": "USD", "models": models, "by_role": by_role, "by_stage": by_stage,
             "total": round(sum(by_role.values()), 6), "paid_by_role": paid, "paid": round(sum(paid.values()), 6),
             "unpriced_models": sorted(unpriced)}

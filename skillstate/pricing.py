@@ -55,6 +55,14 @@ def cost_usd(prompt_tokens: int, completion_tokens: int, price: Price | None) ->
     return (prompt_tokens * price[0] + completion_tokens * price[1]) / 1_000_000
 
 
+def sent_cost(rows, prices: Mapping[str, Price] | None = None) -> dict[str, float]:
+    """USD per role of the requests a run sent, from `Store.paid_by_model` rows."""
+    out: dict[str, float] = {}
+    for role, model, _calls, pt, ct in rows:
+        out[role] = out.get(role, 0.0) + cost_usd(pt, ct, price_for(model, prices))
+    return out
+
+
 class BudgetExhausted(SkillstateError):
     """The run's requests reached `max_cost_usd`; it stopped at an event boundary."""
 

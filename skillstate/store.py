@@ -341,19 +341,6 @@ class Store:
                 error=error, ok=error is None, created_at=_now(),
             ))
 
-    def paid_usage(self, run_id: str) -> dict[str, dict[str, float]]:
-        """Requests this run actually sent (not served from the log), per role."""
-        query = (
-            select(llm_calls.c.role, func.count(), func.sum(llm_calls.c.prompt_tokens),
-                   func.sum(llm_calls.c.completion_tokens), func.sum(llm_calls.c.latency_ms))
-            .where(llm_calls.c.run_id == run_id).group_by(llm_calls.c.role)
-        )
-        with self.engine.connect() as conn:
-            rows = conn.execute(query).all()
-        return {r[0]: {"calls": r[1], "prompt_tokens": int(r[2] or 0), "completion_tokens": int(r[3] or 0),
-                       "latency_ms": float(r[4] or 0)} for r in rows}
-
-
     def paid_by_model(self, run_id: str) -> list[tuple[str, str, int, int, int]]:
         """(role, model, calls, prompt tokens, completion tokens) this run sent."""
         query = (

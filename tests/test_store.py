@@ -94,7 +94,7 @@ def test_llm_calls_are_found_by_request_hash_and_scope(any_store):
     any_store.record_call(run_id="a", request_hash="h1", response={"text": "hi"}, error=None, **kw)
     assert any_store.find_call("h1").response == {"text": "hi"}
     assert any_store.find_call("h1", run_ids=["b"]) is None
-    assert any_store.paid_usage("a")["target"]["calls"] == 2
+    assert [row[:3] for row in any_store.paid_by_model("a")] == [("target", "m", 2)]
 
 
 def test_runs_are_listed_and_latest_is_found(any_store):

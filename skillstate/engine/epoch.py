@@ -32,8 +32,12 @@ def boundary_epoch(config: SkillConfig, state: RunState) -> int | None:
     epoch = last // state.steps_per_epoch
     if epoch < 2 or epoch <= state.closed_epoch:
         return None
-    wants_meta = config.use_meta_skill and last < state.total_steps  # a memo needs a later epoch to read it
-    return epoch if config.use_slow_update or wants_meta else None
+    return epoch if config.use_slow_update or memo_due(config, state) else None
+
+
+def memo_due(config: SkillConfig, state: RunState) -> bool:
+    """A meta-skill memo is written only when a later epoch will read it."""
+    return config.use_meta_skill and state.last_completed_step < state.total_steps
 
 
 def boundary_stage(config: SkillConfig, state: RunState) -> str:
@@ -45,7 +49,7 @@ def boundary_stage(config: SkillConfig, state: RunState) -> str:
         return "slow_update"
     if config.use_slow_update and b.slow_decision is None:
         return "slow_update_decide"
-    if config.use_meta_skill and state.last_completed_step < state.total_steps and b.meta is None:
+    if memo_due(config, state) and b.meta is None:
         return "meta_skill"
     return "end_epoch"
 

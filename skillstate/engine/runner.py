@@ -19,7 +19,7 @@ from skillstate.errors import BudgetStop, ConfigError, CorruptLogError, DataErro
 from skillstate.events import Event, GateDecided, BaselineEvaluated, RunForked, RunStarted
 from skillstate.llm.base import FatalLLMError, LLMClient
 from skillstate.llm.recording import RecordingClient
-from skillstate.pricing import Budget, BudgetExhausted, cost_usd, price_for
+from skillstate.pricing import Budget, BudgetExhausted, price_for, sent_cost
 from skillstate.prompts import PROMPT_NAMES, resolve_prompts
 from skillstate.reducer import RunState, fold, reduce
 from skillstate.scheduler import steps_per_epoch
@@ -211,8 +211,7 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
 
 def run_budget(store: Store, run_id: str, config: SkillConfig) -> Budget:
     """The run's cost budget, starting from what its requests so far cost."""
-    spent = sum(cost_usd(pt, ct, price_for(model, config.prices))
-                for _role, model, _calls, pt, ct in store.paid_by_model(run_id))
+    spent = sum(sent_cost(store.paid_by_model(run_id), config.prices).values())
     return Budget(config.max_cost_usd, spent, config.prices)
 
 

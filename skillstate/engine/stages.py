@@ -42,7 +42,7 @@ def summarize(results: list[ItemResult], metric: str, weight: float, skill: str 
     for r in results:
         groups[r.task_type or "untyped"].append(r)
     hard, soft = mean([r.hard for r in results]), mean([r.soft for r in results])
-    density = gate_rules.semantic_density(skill) if density_weight else 0.0
+    density = gate_rules.semantic_density(skill)  # always stored: a fork may turn the bonus on later
     return Scores(
         hard=hard, soft=soft, n=len(results), density=density,
         gate=gate_rules.with_density(gate_rules.gate_score(hard, soft, metric, weight), density, density_weight),
@@ -103,10 +103,10 @@ def evaluate_cached(ctx: RunContext, state: RunState, skill: str,
     if cached is None:
         return evaluate(ctx, skill, split)
     cfg = ctx.config
-    density = gate_rules.semantic_density(ctx.blob(skill)) if cfg.semantic_density_weight else cached.density
     gate = gate_rules.with_density(gate_rules.gate_score(cached.hard, cached.soft, cfg.gate_metric,
-                                                         cfg.gate_mixed_weight), density, cfg.semantic_density_weight)
-    return cached.model_copy(update={"gate": gate, "density": density}), None, {}
+                                                         cfg.gate_mixed_weight), cached.density,
+                                   cfg.semantic_density_weight)
+    return cached.model_copy(update={"gate": gate}), None, {}
 
 
 def decide(ctx: RunContext, state: RunState) -> list[Event]:

@@ -104,8 +104,7 @@ def update(ctx: RunContext, state: RunState) -> list[Event]:
             text, restored = base, False
             extra["status"] = "error" if not result.ok else "unparseable"
         else:
-            text = with_guidance(reply.skill, guidance_of(base))
-            restored = text != reply.skill
+            text, restored = protect(base, reply.skill)
     skill = ctx.put_blob(text)
     return [CandidateBuilt(step=p.step, base_skill=p.base_skill, skill=skill, changed=skill != p.base_skill,
                            block_restored=restored, **extra)]
