@@ -8,15 +8,18 @@ secrets removed. Keys the spec names keep the spec's names and defaults.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from skillstate.errors import ConfigError
+from skillstate.prompts import is_prompt_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,7 +47,7 @@ class ModelConfig(BaseModel):
     max_tokens: int = Field(1024, ge=1, description="Completion token limit per call.")
     max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = Field(
         "max_tokens", description="Request field for the token limit (newer OpenAI models want max_completion_tokens).")
-    timeout: float = Field(120.0, gt=0, description="Seconds per request before it is retried.")
+    timeout: float = Field(600.0, gt=0, description="Seconds one attempt of a request may take before it is retried (generous, so a slow local model on a CPU works out of the box).")
     max_retries: int = Field(4, ge=0, description="Retries on 408/409/429/5xx and connection errors (Retry-After honoured).")
 
 
@@ -54,6 +57,9 @@ class TargetModelConfig(ModelConfig):
 
 class OptimizerModelConfig(ModelConfig):
     max_tokens: int = Field(4096, ge=1, description="Completion token limit per call.")
+    response_format: Literal["text", "json_object", "json_schema"] = Field(
+        "text", description="Ask the server for structured output: json_object, or json_schema with the reply schema "
+                            "of each prompt (OpenAI, vLLM and llama.cpp accept both); text sends no response_format.")
 
 
 class SkillConfig(BaseModel):
@@ -70,7 +76,7 @@ class SkillConfig(BaseModel):
     target: TargetModelConfig = Field(default_factory=TargetModelConfig)
 
     # training schedule
-    num_epochs: int = Field(4, ge=1)
+    num_epochs: int = Field(4, ge=1, le=100_000)
     batch_size: int = Field(40, ge=1)
     minibatch_size: int = Field(8, ge=1)
     merge_batch_size: int = Field(8, ge=2)
@@ -110,6 +116,8 @@ class SkillConfig(BaseModel):
     test_split: str = "test"
     eval_test: bool = Field(True, description="Score the initial and best skill on the test split at the end.")
     concurrency: int = Field(8, ge=1, description="LLM calls in flight at once.")
+    max_consecutive_failures: int = Field(16, ge=0, description="Circuit breaker: stop the run (resumable) after this many failed LLM calls in a row; 0 turns it off.")
+    max_stage_failure_share: float = Field(0.5, gt=0.0, le=1.0, description="Circuit breaker: stop the run (resumable) when more than this share of a stage's LLM calls (sent or served from the log) failed, once it sent at least 4; 1.0 turns it off.")
     prompts: dict[str, str] = Field(default_factory=dict, description="Prompt overrides: name -> markdown file or inline text.")
     llm_cache: Literal["all", "lineage"] = Field("all", description="Serve identical LLM requests from any run in the database (all) or only from this run and its fork ancestors (lineage).")
 
@@ -134,7 +142,7 @@ class SkillConfig(BaseModel):
 # Keys that change how a run reaches its models but not what it computes:
 # they may differ when a run is resumed.
 RUNTIME_KEYS = {
-    "concurrency", "max_cost_usd", "prices",
+    "concurrency", "max_cost_usd", "prices", "max_consecutive_failures", "max_stage_failure_share",
     "optimizer.base_url", "optimizer.api_key_env", "optimizer.timeout", "optimizer.max_retries",
     "optimizer.azure", "optimizer.api_version",
     "target.base_url", "target.api_key_env", "target.timeout", "target.max_retries",
@@ -180,10 +188,11 @@ def validate_config(data: dict[str, Any]) -> SkillConfig:
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML or TOML file into a plain dict (not yet validated)."""
+    """Read a YAML or TOML file into a plain dict (not yet validated), with
+    its relative paths made absolute (see `_resolve_paths`)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM at the start is fine
     except OSError as err:
         raise ConfigError(f"cannot read config file {path}: {err.strerror or err}") from None
     try:
@@ -198,7 +207,65 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of keys to values")
-    return data
+    return _resolve_paths(data, path)
+
+
+def _resolve_paths(data: dict[str, Any], file: Path) -> dict[str, Any]:
+    """`data`, `initial_skill` and the prompt overrides that name a file are
+    relative to the config file's folder: make them absolute."""
+    folder = Path(os.path.abspath(file)).parent
+
+    def absolute(value: Any) -> Any:
+        if not isinstance(value, str) or not value.strip():
+            return value
+        path = Path(value.strip()).expanduser()
+        return value if path.is_absolute() else os.path.normpath(folder / path)
+
+    out = {key: absolute(data[key]) if key in ("data", "initial_skill") else value for key, value in data.items()}
+    if isinstance(data.get("prompts"), dict):
+        out["prompts"] = {name: absolute(value) if isinstance(value, str) and is_prompt_file(value) else value
+                          for name, value in data["prompts"].items()}
+    return out
+
+
+@lru_cache(maxsize=None)
+def _field_adapter(key: str) -> TypeAdapter[Any] | None:
+    """A validator of the type of a flattened config key (no bounds), or None for an unknown key."""
+    model: Any = SkillConfig
+    *parents, name = key.split(".")
+    for part in parents:
+        field = model.model_fields.get(part)
+        model = field.annotation if field else None
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+    field = model.model_fields.get(name)
+    return TypeAdapter(field.annotation) if field else None
+
+
+def _as_tuples(value: Any) -> Any:
+    """TOML and YAML have no tuples: a list stands for one (`prices`)."""
+    if isinstance(value, dict):
+        return {k: _as_tuples(v) for k, v in value.items()}
+    return tuple(_as_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def _check_file_types(flat: dict[str, Any], file: str | Path) -> None:
+    """Refuse a value of the wrong type in a config file even where it could
+    be converted: `num_epochs = "1"`, `use_gate: "yes"`. (`--set` values are
+    typed by YAML and validated as usual.)"""
+    for key, value in flat.items():
+        adapter = _field_adapter(key)
+        if adapter is None:
+            continue
+        try:
+            adapter.validate_python(_as_tuples(value), strict=True)
+        except ValidationError as err:
+            first = err.errors()[0]
+            loc = ".".join([key, *(str(p) for p in first["loc"])])
+            got, bad = first["input"], first["msg"].removeprefix("Value error, ")
+            quoted = isinstance(got, str) and first["type"] in ("int_type", "float_type", "bool_type")
+            hint = f"got the string {got!r} (write it without quotes)" if quoted else f"got {got!r}"
+            raise ConfigError(f"invalid config value for {loc} in {file}: {bad}, {hint}") from None
 
 
 _KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
@@ -267,6 +334,8 @@ def build_config(file: str | Path | None = None, overrides: dict[str, Any] | Non
     unknown = [k for k in flat_file if k not in set(config_keys()) and not k.startswith(("prompts", "prices"))]
     if unknown:
         raise ConfigError(_unknown_key(unknown[0]))
+    if file:
+        _check_file_types(flat_file, file)
     return validate_config(merge_overrides(merge_dicts(base or {}, data), overrides or {}))
 
 

@@ -83,21 +83,11 @@ def score_answer(prediction: str, answers: list[str]) -> tuple[float, float, str
 
 def _read_items(path: Path) -> list[dict[str, Any]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM at the start is fine
     except (OSError, UnicodeDecodeError) as err:
         raise DataError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
-    stripped = text.lstrip()
-    try:
-        if stripped.startswith("["):
-            raw = json.loads(text)
-            lines = list(enumerate(raw, 1))
-        else:
-            lines = [(n, json.loads(line)) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-    except json.JSONDecodeError as err:
-        where = f"line {err.lineno}" if stripped.startswith("[") else "a line"
-        raise DataError(f"{path}: not valid JSON ({where}: {err.msg})") from None
     items, seen = [], set()
-    for n, obj in lines:
+    for n, obj in _parse_json(path, text):
         if not isinstance(obj, dict):
             raise DataError(f"{path}: item {n} is not a JSON object")
         try:
@@ -115,20 +105,54 @@ def _read_items(path: Path) -> list[dict[str, Any]]:
     return items
 
 
+def _parse_json(path: Path, text: str) -> list[tuple[int, Any]]:
+    """(number, value) of each item: a JSON array (numbered by position) or
+    JSONL, one value per line (numbered by line)."""
+    not_array = DataError(f"{path}: holds a single JSON object; expected a JSON array of items [{{...}}, ...] "
+                          "or one JSON object per line (JSONL)")
+    if text.lstrip().startswith("["):
+        try:
+            return list(enumerate(json.loads(text), 1))
+        except json.JSONDecodeError as err:
+            raise DataError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
+    values: list[tuple[int, Any]] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            values.append((n, json.loads(line)))
+        except json.JSONDecodeError as err:
+            if _is_one_object(text):  # a pretty-printed object
+                raise not_array from None
+            raise DataError(f"{path}: not valid JSON (line {n}: {err.msg})") from None
+    if path.suffix.lower() == ".json" and len(values) == 1 and isinstance(values[0][1], dict):
+        raise not_array
+    return values
+
+
+def _is_one_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except json.JSONDecodeError:
+        return False
+
+
 def load_dataset_dir(path: str | Path, splits: list[str]) -> dict[str, list[dict[str, Any]]]:
     """Read DIR/<split>.jsonl (or .json) for each split."""
-    base = Path(path)
+    base = Path(path).expanduser()
+    expected = ", ".join(f"{s}.jsonl" for s in splits)
+    if base.is_file():
+        raise DataError(f"data path {base} is a file; expected a directory holding {expected}")
     if not base.is_dir():
         raise DataError(f"data directory {base} does not exist")
     out: dict[str, list[dict[str, Any]]] = {}
     for split in splits:
-        for suffix in (".jsonl", ".json"):
-            file = base / f"{split}{suffix}"
-            if file.exists():
-                out[split] = _read_items(file)
-                break
-        else:
+        found = [base / f"{split}{suffix}" for suffix in (".jsonl", ".json") if (base / f"{split}{suffix}").exists()]
+        if len(found) > 1:
+            raise DataError(f"{base}: both {split}.jsonl and {split}.json exist; keep one of them")
+        if not found:
             raise DataError(f"{base}: missing {split}.jsonl")
+        out[split] = _read_items(found[0])
     ids = Counter(item["id"] for items in out.values() for item in items)
     dup = next((i for i, c in ids.items() if c > 1), None)
     if dup is not None:

@@ -37,8 +37,13 @@ def resolve_prompts(overrides: dict[str, str]) -> dict[str, str]:
     return texts
 
 
+def is_prompt_file(value: str) -> bool:
+    """Whether a prompt override names a file (one line ending in .md or .txt) rather than holding the text."""
+    return "\n" not in value and value.strip().endswith((".md", ".txt"))
+
+
 def _read_override(name: str, value: str) -> str:
-    if "\n" not in value and value.strip().endswith((".md", ".txt")):
+    if is_prompt_file(value):
         path = Path(value.strip()).expanduser()
         try:
             return path.read_text(encoding="utf-8")
