@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import click
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from skillstate import __version__
 from skillstate.config import parse_assignment, redact
-from skillstate.errors import BudgetStop, ConcurrencyError, CorruptLogError, SkillstateError, UserError
+from skillstate.errors import (
+    BudgetStop, ConcurrencyError, CorruptLogError, LLMStop, RunBusyError, RunStopped, SkillstateError, UserError,
+)
 from skillstate.store import DEFAULT_DB
 from skillstate.util import parse_step
 
@@ -21,10 +25,36 @@ class CLIError(click.ClickException):
     exit_code = 2
 
 
-class BudgetStopped(click.ClickException):
-    """The run reached its cost budget and stopped cleanly: exit code 3."""
+class Stopped(click.ClickException):
+    """A run stopped cleanly and is resumable; the exit code says why."""
 
-    exit_code = 3
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# Exit codes: 2 bad input or a fatal endpoint error, 3 the cost budget, 4 the LLM calls kept failing,
+# 130 interrupted, 1 anything else (a database that refused a write, a damaged log, a bug).
+EXIT_BUDGET, EXIT_LLM, EXIT_INTERRUPTED = 3, 4, 130
+DB_META_KEY = "skillstate.db"
+
+
+def resume_hint(run_id: str, extra: str = "") -> str:
+    """The command that continues `run_id`, with --db when it is not the default."""
+    ctx = click.get_current_context(silent=True)
+    db = ctx.meta.get(DB_META_KEY) if ctx is not None else None
+    flag = ""
+    if db and db != DEFAULT_DB:
+        flag = f" --db {shlex.quote(make_url(db).render_as_string(hide_password=True))}"
+    return f"skillstate resume {run_id}{extra}{flag}"
+
+
+def stopped(err: RunStopped) -> Stopped:
+    if isinstance(err, BudgetStop):
+        return Stopped(f"{err}; the run stopped cleanly and is saved: resume it with a higher budget: "
+                       f"{resume_hint(err.run_id, ' --max-cost-usd AMOUNT')}", EXIT_BUDGET)
+    code = 2 if isinstance(err, LLMStop) and err.fatal else EXIT_LLM if isinstance(err, LLMStop) else 1
+    return Stopped(f"{err}; the run is saved: fix this, then resume with: {resume_hint(err.run_id)}", code)
 
 
 class Group(click.Group):
@@ -33,10 +63,10 @@ class Group(click.Group):
             return super().invoke(ctx)
         except click.ClickException:
             raise
-        except UserError as err:
+        except (UserError, RunBusyError) as err:
             raise CLIError(str(err)) from None
-        except BudgetStop as err:
-            raise BudgetStopped(str(err)) from None
+        except RunStopped as err:
+            raise stopped(err) from None
         except (ConcurrencyError, CorruptLogError) as err:
             raise click.ClickException(f"{err} (run `skillstate audit` for details)"
                                        if isinstance(err, CorruptLogError) else str(err)) from None
@@ -47,9 +77,14 @@ class Group(click.Group):
             raise click.ClickException(f"database error: {redact(first)}") from None
 
 
+def _remember_db(ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    ctx.meta[DB_META_KEY] = value  # for resume hints
+    return value
+
+
 def db_option(fn):
     return click.option("--db", "db", envvar="SKILLSTATE_DB", default=DEFAULT_DB, show_default=True,
-                        metavar="URL", help="Database URL (also $SKILLSTATE_DB).")(fn)
+                        metavar="URL", callback=_remember_db, help="Database URL (also $SKILLSTATE_DB).")(fn)
 
 
 def set_option(fn):

@@ -11,7 +11,9 @@ from skillstate.errors import UserError
 from skillstate.store import open_store
 from skillstate.util import parse_step
 
-from skillstate.cli.app import budget_option, cli, db_option, echo_json, parse_sets, set_option
+from skillstate.cli.app import (
+    EXIT_INTERRUPTED, Stopped, budget_option, cli, db_option, echo_json, parse_sets, resume_hint, set_option,
+)
 from skillstate.cli.render import printer, summary_text
 
 
@@ -86,8 +88,8 @@ def train_and_report(trainer, as_json: bool = False) -> None:
     try:
         result = trainer.train()
     except KeyboardInterrupt:
-        raise click.ClickException(
-            f"interrupted; resume with: skillstate run --run-id {trainer.run_id}") from None
+        raise Stopped(f"interrupted; the run is saved: resume with: {resume_hint(trainer.run_id)}",
+                      EXIT_INTERRUPTED) from None
     if as_json:
         echo_json(result.summary)
     else:
@@ -154,7 +156,7 @@ def fork(args, lr, edit_budget, epochs, assignments, max_cost_usd, new_run_id, n
     overrides.update(parse_sets(assignments))
     store = open_store(db)
     parent = store.require_run(run_id).run_id
-    child = fork_run(store, parent, parse_step(step), overrides, new_run_id)
+    child = fork_run(store, parent, parse_step(step), overrides, new_run_id, probe=not no_run)
     click.echo(f"forked {child} from {parent} at step {parse_step(step)}")
     if no_run:
         return

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from skillstate.chain import check_chain, label
 from skillstate.engine.runner import build_context, config_of, drive, lineage_events, load_run
 from skillstate.errors import ReplayMissError
 from skillstate.events import Event, RunForked, encode
 from skillstate.reducer import RunState, reduce
-from skillstate.store import GENESIS, StoredEvent, Store, event_hash
+from skillstate.store import GENESIS, StoredEvent, Store
 from skillstate.util import canonical_json, sha256_text
 
 
@@ -22,29 +23,6 @@ class AuditReport:
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-def _label(s: StoredEvent) -> str:
-    return f"run {s.run_id} event {s.seq} ({s.type})"
-
-
-def _check_chain(own: list[StoredEvent], first_prev: str) -> tuple[list[Event], str | None]:
-    """Decoded events, or the first problem found."""
-    decoded: list[Event] = []
-    prev = first_prev
-    for i, s in enumerate(own, 1):
-        if s.seq != i:
-            return decoded, f"run {s.run_id} event {s.seq}: sequence is not contiguous (expected {i})"
-        if s.prev_hash != prev:
-            return decoded, f"{_label(s)}: prev_hash does not match the event before it"
-        if event_hash(s.prev_hash, s.run_id, s.seq, s.type, s.version, s.payload) != s.hash:
-            return decoded, f"{_label(s)}: hash mismatch (the stored event was altered)"
-        try:
-            decoded.append(s.event)
-        except Exception as err:  # unknown type, bad payload
-            return decoded, f"{_label(s)}: cannot be read: {str(err).splitlines()[0]}"
-        prev = s.hash
-    return decoded, None
 
 
 def audit(store: Store, run_id: str | None) -> AuditReport:
@@ -65,14 +43,14 @@ def audit(store: Store, run_id: str | None) -> AuditReport:
         except Exception:
             first = None
         if not isinstance(first, RunForked):
-            report.problems.append(f"{_label(own[0])}: a fork must start with RunForked")
+            report.problems.append(f"{label(own[0])}: a fork must start with RunForked")
             return report
         prefix = lineage_events(store, row.parent_run_id)[: first.parent_event_count]
         if len(prefix) != first.parent_event_count or prefix[-1].hash != first.parent_event_hash:
-            report.problems.append(f"{_label(own[0])}: the parent's prefix changed since the fork")
+            report.problems.append(f"{label(own[0])}: the parent's prefix changed since the fork")
             return report
         first_prev = first.parent_event_hash
-    decoded, problem = _check_chain(own, first_prev)
+    decoded, problem = check_chain(own, first_prev, key=store.audit_key, require_mac=store.audit_key is not None)
     if problem:
         report.problems.append(problem)
         return report
@@ -84,10 +62,10 @@ def audit(store: Store, run_id: str | None) -> AuditReport:
     for h, s in refs.items():
         text = found.get(h)
         if text is None:
-            report.problems.append(f"{_label(s)}: blob {h[:12]} is missing")
+            report.problems.append(f"{label(s)}: blob {h[:12]} is missing")
             return report
         if sha256_text(text) != h:
-            report.problems.append(f"{_label(s)}: blob {h[:12]} does not match its hash")
+            report.problems.append(f"{label(s)}: blob {h[:12]} does not match its hash")
             return report
     state = RunState()
     for s in prefix:
@@ -96,12 +74,16 @@ def audit(store: Store, run_id: str | None) -> AuditReport:
         try:
             state = reduce(state, ev)
         except Exception as err:
-            report.problems.append(f"{_label(s)}: the fold fails: {err}")
+            report.problems.append(f"{label(s)}: the fold fails: {err}")
             return report
     return report
 
 
 # --- verify ----------------------------------------------------------------
+
+
+class EndOfLog(Exception):
+    """Verification reached the end of an incomplete run's log."""
 
 
 class Divergence(Exception):
@@ -133,10 +115,11 @@ class VerifyLog:
         return self.pos >= len(self.expected)
 
     def append(self, events: list[Event], blobs: dict[str, str]) -> list[StoredEvent]:
-        for ev in events:
-            if self.exhausted:
+        for i, ev in enumerate(events):
+            if self.exhausted:  # a crash never leaves part of a stage's events: they are appended at once
                 last = self.expected[-1].seq if self.expected else 1
-                raise Divergence(last + 1, f"re-execution produces {ev.type} after the log's last event")
+                raise Divergence(last + 1, f"the log ends inside a stage: re-execution also produces {ev.type} "
+                                           f"after {events[i - 1].type}")
             exp = self.expected[self.pos]
             want, got = encode(exp.event), encode(ev)
             if exp.type != ev.type:
@@ -174,11 +157,20 @@ def verify(store: Store, run_id: str | None) -> VerifyReport:
         state = reduce(state, s.event)
     log = VerifyLog(own[1:])
     ctx = build_context(store, loaded.run_id, state, config_of(state), log, verify_until=own[-1].created_at)
+
+    def before_stage(_name: str) -> None:
+        if log.exhausted:  # an incomplete run: everything it has was checked
+            raise EndOfLog
+        for client in ctx.clients.values():  # the calls as they stood when the stage's events were appended
+            client.before = log.expected[log.pos].created_at
+
     try:
-        drive(ctx, state)
+        drive(ctx, state, before_stage)
         if not log.exhausted:
             nxt = log.expected[log.pos]
             report.divergence, report.seq = f"log has {nxt.type} after the run completes", nxt.seq
+    except EndOfLog:
+        pass
     except Divergence as div:
         report.divergence, report.seq = str(div), div.seq
     except ReplayMissError as err:

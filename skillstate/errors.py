@@ -34,10 +34,37 @@ class ConcurrencyError(SkillstateError):
     """Another writer appended to the same run first."""
 
 
+class RunBusyError(ConcurrencyError):
+    """Another process holds the run's lease: it is driving the run now."""
+
+
+class RunStopped(SkillstateError):
+    """A run stopped cleanly at an event boundary: its log ends at the last
+    complete event and it is resumable. `run_id` names it, so the CLI can say
+    how to resume."""
+
+    def __init__(self, message: str, run_id: str):
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class LLMStop(RunStopped):
+    """The LLM calls failed: the circuit breaker opened (CLI exit code 4), or
+    an endpoint answered with an error no retry fixes (`fatal`, exit code 2)."""
+
+    def __init__(self, message: str, run_id: str, *, fatal: bool = False):
+        super().__init__(message, run_id)
+        self.fatal = fatal
+
+
+class StorageStop(RunStopped):
+    """The database refused a write mid-run (disk full, read-only file)."""
+
+
 class ReplayMissError(SkillstateError):
     """Verification needed an LLM response that the log does not hold."""
 
 
-class BudgetStop(SkillstateError):
+class BudgetStop(RunStopped):
     """A run stopped at an event boundary because it reached max_cost_usd.
     Not a failure of the run: it is saved and resumable (CLI exit code 3)."""

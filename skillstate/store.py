@@ -8,7 +8,10 @@ mode with a busy timeout; PostgreSQL works through any SQLAlchemy URL.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import hmac
 import json
+import os
 import threading
 import zlib
 from dataclasses import dataclass
@@ -18,7 +21,7 @@ from sqlalchemy import (
     Boolean, Column, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, MetaData, String, Table,
     Text, UniqueConstraint, create_engine, event, func, insert, select,
 )
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 
 from skillstate.errors import ConcurrencyError, NotFoundError, UserError
@@ -50,6 +53,7 @@ events = Table(
     Column("prev_hash", String(64), nullable=False),
     Column("hash", String(64), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("mac", String(64), nullable=True),  # HMAC of `hash` under $SKILLSTATE_AUDIT_KEY, if set when written
     UniqueConstraint("run_id", "seq", name="uq_events_run_seq"),
 )
 
@@ -77,6 +81,13 @@ llm_calls = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
 Index("ix_llm_calls_request_hash", llm_calls.c.request_hash)
+
+run_leases = Table(
+    "run_leases", metadata,
+    Column("run_id", String(128), primary_key=True),
+    Column("holder", String(256), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)
 Index("ix_llm_calls_run_id", llm_calls.c.run_id)
 
 
@@ -94,6 +105,7 @@ class StoredEvent:
     prev_hash: str
     hash: str
     created_at: dt.datetime | None
+    mac: str | None = None
 
     @property
     def event(self) -> Event:
@@ -121,6 +133,32 @@ class CallRow:
     error: str | None
     prompt_tokens: int
     completion_tokens: int
+
+
+def _call_row(row: Any) -> CallRow | None:
+    return None if row is None else CallRow(row[0], json.loads(row[1]) if row[1] else None, row[2], row[3], row[4])
+
+
+def insert_ignoring_duplicates(conn: Connection, table: Table) -> Any:
+    """INSERT ... ON CONFLICT DO NOTHING on SQLite and PostgreSQL."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table).on_conflict_do_nothing()
+    if conn.dialect.name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(table).on_conflict_do_nothing()
+    return insert(table)
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    id: int
+    role: str
+    request_hash: str
+    error: str | None
+    created_at: dt.datetime
 
 
 def _now() -> dt.datetime:
@@ -158,6 +196,18 @@ def make_engine(url: str) -> Engine:
         raise UserError(f"cannot use database {parsed.render_as_string(hide_password=True)}: {err}") from None
 
 
+AUDIT_KEY_ENV = "SKILLSTATE_AUDIT_KEY"
+
+
+def event_mac(key: str, event_hash_hex: str) -> str:
+    """The keyed signature of an event: HMAC-SHA256 of its chain hash."""
+    return hmac.new(key.encode("utf-8"), event_hash_hex.encode("ascii"), hashlib.sha256).hexdigest()
+
+
+def audit_key() -> str | None:
+    return os.environ.get(AUDIT_KEY_ENV) or None
+
+
 class Store:
     """All reads and writes of one database."""
 
@@ -165,6 +215,7 @@ class Store:
         self.url = url
         self.engine = make_engine(url)
         self._write_lock = threading.Lock()
+        self.audit_key = audit_key()
         if upgrade:
             from skillstate.migrate import ensure_schema
 
@@ -221,7 +272,7 @@ class Store:
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(events.c.run_id, events.c.seq, events.c.type, events.c.version, events.c.payload,
-                       events.c.prev_hash, events.c.hash, events.c.created_at)
+                       events.c.prev_hash, events.c.hash, events.c.created_at, events.c.mac)
                 .where(events.c.run_id == run_id).order_by(events.c.seq)
             ).all()
         return [StoredEvent(*r) for r in rows]
@@ -243,7 +294,8 @@ class Store:
             seq += 1
             payload = canonical_json(encode(ev))
             h = event_hash(prev, run_id, seq, ev.type, ev.version, payload)
-            stored.append(StoredEvent(run_id, seq, ev.type, ev.version, payload, prev, h, now))
+            mac = event_mac(self.audit_key, h) if self.audit_key else None
+            stored.append(StoredEvent(run_id, seq, ev.type, ev.version, payload, prev, h, now, mac))
             prev = h
         if not stored:
             return stored
@@ -256,21 +308,30 @@ class Store:
                         self._put_blobs(conn, blobs_to_put)
                     conn.execute(insert(events), [
                         dict(run_id=s.run_id, seq=s.seq, type=s.type, version=s.version, payload=s.payload,
-                             prev_hash=s.prev_hash, hash=s.hash, created_at=s.created_at)
+                             prev_hash=s.prev_hash, hash=s.hash, created_at=s.created_at, mac=s.mac)
                         for s in stored
                     ])
             except IntegrityError:
-                if new_run is not None:
+                # Only a real conflict is reported as one; anything else is the database's own error.
+                if new_run is not None and self.get_run(run_id) is not None:
                     raise UserError(f"run {run_id!r} already exists") from None
-                raise ConcurrencyError(
-                    f"run {run_id!r}: event {last_seq + 1} was appended by another writer; "
-                    "reload the run and try again"
-                ) from None
+                if new_run is None and self.last_seq(run_id) > last_seq:
+                    raise ConcurrencyError(
+                        f"run {run_id!r}: event {last_seq + 1} was appended by another writer; "
+                        "reload the run and try again"
+                    ) from None
+                raise
         return stored
+
+    def last_seq(self, run_id: str) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.max(events.c.seq)).where(events.c.run_id == run_id)).scalar() or 0)
 
     # -- blobs ------------------------------------------------------------
 
-    def _put_blobs(self, conn, items: dict[str, str]) -> None:
+    def _put_blobs(self, conn: Connection, items: dict[str, str]) -> None:
+        """Insert the blobs that are not there yet. A blob is content-addressed,
+        so another run inserting the same one at the same moment is no conflict."""
         hashes = list(items)
         existing: set[str] = set()
         for i in range(0, len(hashes), 500):
@@ -278,7 +339,7 @@ class Store:
             existing.update(r[0] for r in conn.execute(select(blobs.c.hash).where(blobs.c.hash.in_(chunk))))
         rows = [dict(hash=h, size=len(t), data=_compress(t)) for h, t in items.items() if h not in existing]
         if rows:
-            conn.execute(insert(blobs), rows)
+            conn.execute(insert_ignoring_duplicates(conn, blobs), rows)
 
     def put_blobs(self, items: dict[str, str]) -> None:
         if not items:
@@ -313,22 +374,26 @@ class Store:
     # -- LLM calls --------------------------------------------------------
 
     def find_call(self, request_hash: str, *, run_ids: list[str] | None = None,
-                  include_errors: bool = False, before: dt.datetime | None = None) -> CallRow | None:
+                  as_of: dt.datetime | None = None) -> CallRow | None:
+        """The response a request is served: the first successful call.
+
+        With `as_of` (verify), the outcome an event appended at that time saw:
+        the request's latest call recorded by then decides whether it had
+        failed (that error) or succeeded (the first successful call, which is
+        what was served)."""
         query = select(llm_calls.c.request_hash, llm_calls.c.response, llm_calls.c.error,
                        llm_calls.c.prompt_tokens, llm_calls.c.completion_tokens).where(
             llm_calls.c.request_hash == request_hash)
         if run_ids is not None:
             query = query.where(llm_calls.c.run_id.in_(run_ids))
-        if not include_errors:
-            query = query.where(llm_calls.c.ok.is_(True))
-        if before is not None:
-            query = query.where(llm_calls.c.created_at <= before)
-        query = query.order_by(llm_calls.c.ok.desc(), llm_calls.c.id).limit(1)
         with self.engine.connect() as conn:
-            row = conn.execute(query).first()
-        if row is None:
-            return None
-        return CallRow(row[0], json.loads(row[1]) if row[1] else None, row[2], row[3], row[4])
+            if as_of is not None:
+                query = query.where(llm_calls.c.created_at <= as_of)
+                latest = conn.execute(query.order_by(llm_calls.c.id.desc()).limit(1)).first()
+                if latest is None or latest[2] is not None:
+                    return _call_row(latest)
+            row = conn.execute(query.where(llm_calls.c.ok.is_(True)).order_by(llm_calls.c.id).limit(1)).first()
+        return _call_row(row)
 
     def record_call(self, *, run_id: str, role: str, request_hash: str, model: str, request: dict[str, Any],
                     response: dict[str, Any] | None, prompt_tokens: int, completion_tokens: int,
@@ -340,6 +405,14 @@ class Store:
                 prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_ms=latency_ms,
                 error=error, ok=error is None, created_at=_now(),
             ))
+
+    def read_calls(self, run_id: str) -> list[CallRecord]:
+        """The calls a run sent, in the order they were recorded."""
+        query = (select(llm_calls.c.id, llm_calls.c.role, llm_calls.c.request_hash, llm_calls.c.error,
+                        llm_calls.c.created_at)
+                 .where(llm_calls.c.run_id == run_id).order_by(llm_calls.c.id))
+        with self.engine.connect() as conn:
+            return [CallRecord(*r) for r in conn.execute(query)]
 
     def paid_by_model(self, run_id: str) -> list[tuple[str, str, int, int, int]]:
         """(role, model, calls, prompt tokens, completion tokens) this run sent."""

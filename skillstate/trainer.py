@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from skillstate.config import SkillConfig, public_config, semantic_view
+from skillstate.config import SkillConfig, public_config, semantic_view, validate_config
 from skillstate.engine.context import ProgressCallback
 from skillstate.engine.runner import (
     BackendFactory, continue_run, create_run, fork_run, load_run,
@@ -51,7 +51,9 @@ class RunResult:
 
 def check_resumable(state: RunState, config: SkillConfig, run_id: str) -> None:
     """A resumed run must keep every setting that affects what it computes."""
-    stored, given = semantic_view(dict(state.config)), semantic_view(public_config(config))
+    # the stored config is read back through the model, so keys added since it was written take their defaults
+    stored = semantic_view(public_config(validate_config(dict(state.config))))
+    given = semantic_view(public_config(config))
     for key in sorted(set(stored) | set(given)):
         if stored.get(key) != given.get(key):
             raise UserError(

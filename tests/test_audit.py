@@ -119,4 +119,4 @@ def test_reading_commands_on_a_corrupt_log_fail_in_one_line(run_db):
     for cmd in (["replay", "r", "--to-step", "1"], ["show", "r"], ["export", "r"], ["runs"]):
         res = CliRunner().invoke(cli, [*cmd, "--db", url])
         assert res.exit_code == 1 and "Traceback" not in res.output, res.output
-        assert res.output.startswith("Error: unknown event type 'Mystery'") and len(res.output.splitlines()) == 1
+        assert "unknown event type 'Mystery'" in res.output and len(res.output.splitlines()) == 1

@@ -88,19 +88,21 @@ def test_rate_limits_are_retried_honouring_retry_after(sim_server):
     assert resp.text and resp.prompt_tokens > 0
 
 
-def test_exhausted_retries_become_a_recorded_call_error(sim_server, tmp_path):
+def test_exhausted_retries_become_recorded_call_errors_and_the_breaker_stops_the_run(sim_server, tmp_path):
     sim_server.fail_first = 10_000
     db = f"sqlite:///{tmp_path / 'r.db'}"
     res = CliRunner().invoke(cli, _run_args(sim_server, db, "--run-id", "r", "--set", "target.max_retries=0",
                                             "--set", "optimizer.max_retries=0", "--epochs", "1"),
                              env={"OPENAI_API_KEY": "k"})
-    assert res.exit_code == 0, res.output
-    baseline = json.loads(CliRunner().invoke(cli, ["log", "r", "--json", "--db", db]).output)[1]
-    assert baseline["type"] == "BaselineEvaluated" and baseline["payload"]["scores"]["hard"] == 0.0
+    assert res.exit_code == 4, res.output
+    assert "16 LLM calls in a row failed" in res.output and "HTTP 429 after 1 attempt: rate limited" in res.output
+    assert "skillstate resume r --db" in res.output
+    events = json.loads(CliRunner().invoke(cli, ["log", "r", "--json", "--db", db]).output)
+    assert [e["type"] for e in events] == ["RunStarted"]  # the failed baseline was not appended
     store = Store(db)
-    row = store.find_call(json.loads(store.get_blob(baseline["payload"]["results"]))[0]["call"]["request_hash"],
-                          include_errors=True)
-    assert row.error.startswith("RateLimitError")
+    calls = store.read_calls("r")
+    assert calls and all(c.error.startswith("HTTP 429") for c in calls)
+    store.close()
 
 
 def test_unreachable_endpoint_is_a_user_error(tmp_path):

@@ -90,9 +90,12 @@ def test_llm_calls_are_found_by_request_hash_and_scope(any_store):
     kw = dict(role="target", model="m", request={"q": 1}, prompt_tokens=3, completion_tokens=2, latency_ms=1.0)
     any_store.record_call(run_id="a", request_hash="h1", response=None, error="Timeout", **kw)
     assert any_store.find_call("h1") is None  # errors are not served on resume
-    assert any_store.find_call("h1", include_errors=True).error == "Timeout"
+    failed_at = any_store.read_calls("a")[-1].created_at
+    assert any_store.find_call("h1", as_of=failed_at).error == "Timeout"  # verify: what an event then saw
     any_store.record_call(run_id="a", request_hash="h1", response={"text": "hi"}, error=None, **kw)
     assert any_store.find_call("h1").response == {"text": "hi"}
+    assert any_store.find_call("h1", as_of=failed_at).error == "Timeout"  # the later success does not leak back
+    assert any_store.find_call("h1", as_of=any_store.read_calls("a")[-1].created_at).response == {"text": "hi"}
     assert any_store.find_call("h1", run_ids=["b"]) is None
     assert [row[:3] for row in any_store.paid_by_model("a")] == [("target", "m", 2)]
 

@@ -12,6 +12,8 @@ from skillstate.config import SkillConfig
 from skillstate.envs.base import SkillEnv
 from skillstate.events import Event
 from skillstate.llm.base import CallResult, ChatRequest
+from skillstate.lease import RunLease
+from skillstate.llm.health import CallHealth
 from skillstate.llm.recording import RecordingClient
 from skillstate.reducer import RunState
 from skillstate.store import StoredEvent, Store
@@ -40,12 +42,16 @@ class RunLog(Protocol):
 
 
 class StoreLog:
-    """Appends to the store, continuing the run's hash chain."""
+    """Appends to the store, continuing the run's hash chain, while this
+    process holds the run's lease."""
 
-    def __init__(self, store: Store, run_id: str, last_seq: int, last_hash: str):
+    def __init__(self, store: Store, run_id: str, last_seq: int, last_hash: str, lease: RunLease | None = None):
         self.store, self.run_id, self.last_seq, self.last_hash = store, run_id, last_seq, last_hash
+        self.lease = lease
 
     def append(self, events: list[Event], blobs: dict[str, str]) -> list[StoredEvent]:
+        if self.lease is not None:
+            self.lease.check()
         stored = self.store.append(self.run_id, events, last_seq=self.last_seq, last_hash=self.last_hash,
                                    blobs_to_put=blobs)
         if stored:
@@ -55,7 +61,8 @@ class StoreLog:
 
 class RunContext:
     def __init__(self, *, store: Store, run_id: str, config: SkillConfig, env: SkillEnv, prompts: dict[str, str],
-                 clients: dict[str, RecordingClient], log: RunLog, on_progress: ProgressCallback | None = None):
+                 clients: dict[str, RecordingClient], log: RunLog, on_progress: ProgressCallback | None = None,
+                 health: CallHealth | None = None):
         self.store = store
         self.run_id = run_id
         self.config = config
@@ -64,6 +71,7 @@ class RunContext:
         self.clients = clients
         self.log = log
         self.on_progress = on_progress
+        self.health = health or CallHealth(0, 1.0)
         self._blobs: dict[str, str] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="skillstate")

@@ -9,15 +9,22 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from skillstate import __version__
 from skillstate.config import RUNTIME_KEYS, SkillConfig, merge_overrides, public_config, redact, validate_config
 from skillstate.engine import epoch, reflect, stages, update
 from skillstate.engine.context import ProgressCallback, RunContext, RunLog, StoreLog
 from skillstate.envs import QAEnv, load_dataset_dir
 from skillstate.envs.base import SkillEnv
-from skillstate.errors import BudgetStop, ConfigError, CorruptLogError, DataError, NotFoundError, UserError
+from skillstate.chain import check_chain
+from skillstate.errors import (
+    BudgetStop, ConfigError, CorruptLogError, DataError, LLMStop, NotFoundError, StorageStop, UserError,
+)
 from skillstate.events import Event, GateDecided, BaselineEvaluated, RunForked, RunStarted
-from skillstate.llm.base import FatalLLMError, LLMClient
+from skillstate.lease import RunLease
+from skillstate.llm.base import CircuitOpen, FatalLLMError, LLMClient
+from skillstate.llm.health import CallHealth
 from skillstate.llm.recording import RecordingClient
 from skillstate.pricing import Budget, BudgetExhausted, price_for, sent_cost
 from skillstate.prompts import PROMPT_NAMES, resolve_prompts
@@ -94,11 +101,16 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
     return "gate"
 
 
-def drive(ctx: RunContext, state: RunState) -> RunState:
-    """Run stages until the run is complete."""
+def drive(ctx: RunContext, state: RunState, before_stage: Callable[[str], None] | None = None) -> RunState:
+    """Run stages until the run is complete. A stage whose calls failed too
+    often (the circuit breaker) raises before its events are appended."""
     while (name := next_stage(ctx, state)) is not None:
+        if before_stage is not None:
+            before_stage(name)
         ctx.report("stage", name, state)
+        ctx.health.begin_stage(name)
         events = STAGES[name](ctx, state)
+        ctx.health.end_stage()
         stored = ctx.log.append(events, ctx.take_blobs())
         for i, event in enumerate(events):
             state = reduce(state, event)
@@ -190,15 +202,18 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
     prompts = {name: store.get_blob(h) for name, h in state.prompts.items()}
     scope = None if config.llm_cache == "all" else lineage_run_ids(store, run_id)
     factory = backend_factory or make_backend
-    budget = None if verify_until is not None else run_budget(store, run_id, config)
+    verifying = verify_until is not None
+    budget = None if verifying else run_budget(store, run_id, config)
+    health = CallHealth(0, 1.0) if verifying else CallHealth(config.max_consecutive_failures,
+                                                              config.max_stage_failure_share)
     clients = {}
     for role in roles_of(state.kind):
         config.model_for(role)  # a missing model is a user error before anything runs
-        backend = None if verify_until is not None else factory(config, env, role)
+        backend = None if verifying else factory(config, env, role)
         clients[role] = RecordingClient(backend, store, run_id=run_id, role=role, run_ids=scope,
-                                        before=verify_until, budget=budget)
+                                        before=verify_until, budget=budget, health=health)
     ctx = RunContext(store=store, run_id=run_id, config=config, env=env, prompts=prompts, clients=clients,
-                     log=log, on_progress=on_progress)
+                     log=log, on_progress=on_progress, health=health)
     models: dict[str, list[str]] = {}  # one warning per model, whatever roles share it
     for role in roles_of(state.kind):
         models.setdefault(config.model_for(role), []).append(role)
@@ -248,14 +263,37 @@ def roles_of(kind: str) -> tuple[str, ...]:
     return ("target",) if kind == "eval" else ("target", "optimizer")
 
 
-def preflight(config: SkillConfig, roles: tuple[str, ...] = ("target", "optimizer")) -> None:
-    """Fail on missing models or credentials before anything is written."""
-    for role in roles:
-        config.model_for(role)
-        if config.backend == "openai":
-            from skillstate.llm.openai_backend import OpenAIBackend
+# More steps than this is a mistake, not a plan (SkillOpt's own runs have tens).
+MAX_TOTAL_STEPS = 100_000
 
-            OpenAIBackend(getattr(config, role), role)
+
+def check_schedule(total_steps: int) -> None:
+    if total_steps > MAX_TOTAL_STEPS:
+        raise ConfigError(f"the schedule has {total_steps:,} steps, more than the {MAX_TOTAL_STEPS:,} allowed; "
+                          "lower num_epochs or raise batch_size")
+
+
+def preflight(config: SkillConfig, roles: tuple[str, ...] = ("target", "optimizer"), *,
+              probe: bool = True) -> None:
+    """Fail on missing models or credentials before anything is written; with
+    `probe`, also ask each endpoint whether it answers and serves the model,
+    so a bad key, a closed port or an unknown model leaves no run behind."""
+    checked: set[tuple[Any, ...]] = set()
+    for role in roles:
+        model = config.model_for(role)
+        if config.backend != "openai":
+            continue
+        from skillstate.llm.openai_backend import OpenAIBackend
+
+        cfg = getattr(config, role)
+        backend = OpenAIBackend(cfg, role)
+        key = (cfg.base_url, cfg.api_key_env, cfg.azure, model)
+        if probe and key not in checked:
+            checked.add(key)
+            try:
+                backend.check(model)
+            except FatalLLMError as err:
+                raise UserError(f"{err}; no run was created") from None
 
 
 def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
@@ -267,7 +305,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     run_id = run_id or new_run_id("eval" if eval_split else "run")
     if store.get_run(run_id) is not None:
         raise UserError(f"run {run_id!r} already exists")
-    preflight(config, roles_of("eval" if eval_split else "train"))
+    preflight(config, roles_of("eval" if eval_split else "train"), probe=False)
     splits, default_skill = _dataset(config)
     if eval_split is not None and eval_split not in splits:
         raise ConfigError(f"unknown split {eval_split!r} (this run's splits: {', '.join(splits)})")
@@ -282,6 +320,9 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
 
     dataset = {name: {"hash": put(canonical_json(items)), "count": len(items)} for name, items in splits.items()}
     spe = steps_per_epoch(len(splits[config.train_split]), config.batch_size, config.accumulation)
+    if not eval_split:
+        check_schedule(spe * config.num_epochs)
+    preflight(config, roles_of("eval" if eval_split else "train"))  # last: it may call the endpoints
     event = RunStarted(
         config=public_config(config), initial_skill=put(skill), dataset=dataset,
         dataset_fingerprint=hash_value({k: v["hash"] for k, v in dataset.items()}),
@@ -298,8 +339,10 @@ FIXED_ON_FORK = ("env", "data", "train_split", "val_split", "test_split", "initi
 
 
 def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, Any],
-             run_id: str | None = None) -> str:
-    """A new run inheriting the parent's state after `step`, with overrides."""
+             run_id: str | None = None, *, probe: bool = True) -> str:
+    """A new run inheriting the parent's state after `step`, with overrides.
+    Without `probe` the endpoints are not asked (a fork created offline, to
+    be trained later)."""
     parent = lineage_events(store, parent_run_id)
     if parent and getattr(parent[0].event, "kind", "train") != "train":
         raise UserError(f"run {parent_run_id!r} is an evaluation run; only training runs can be forked")
@@ -324,10 +367,11 @@ def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, A
     total = spe * config.num_epochs
     if total < step:
         raise ConfigError(f"the fork's schedule has {total} steps, fewer than the fork step {step}")
-    preflight(config)
+    check_schedule(total)
     run_id = run_id or new_run_id("fork")
     if store.get_run(run_id) is not None:
         raise UserError(f"run {run_id!r} already exists")
+    preflight(config, probe=probe)
     event = RunForked(parent_run_id=parent_run_id, fork_step=step, parent_event_count=count,
                       parent_event_hash=parent[count - 1].hash,
                       overrides={k: redact(v) if isinstance(v, str) else v for k, v in overrides.items()},
@@ -355,10 +399,25 @@ class LoadedRun:
 
 
 def load_run(store: Store, run_id: str | None) -> LoadedRun:
+    """A run's lineage, checked (sequence, hash chain, signatures, readable
+    payloads) and folded. A damaged log raises CorruptLogError: nothing is
+    resumed, replayed or verified on top of it."""
     row = store.require_run(run_id)
-    lineage = lineage_events(store, row.run_id)
+    try:
+        lineage = lineage_events(store, row.run_id)
+    except CorruptLogError:
+        raise
+    except Exception as err:  # an unreadable RunForked
+        raise CorruptLogError(f"run {row.run_id}: the fork's first event cannot be read: {err}") from None
+    _, problem = check_chain(lineage, key=store.audit_key)
+    if problem:
+        raise CorruptLogError(f"{problem}; the log of run {row.run_id} is damaged and nothing was done")
     own = [s for s in lineage if s.run_id == row.run_id]
-    return LoadedRun(row.run_id, lineage, own, state_of(lineage))
+    try:
+        state = state_of(lineage)
+    except Exception as err:
+        raise CorruptLogError(f"run {row.run_id}: the log cannot be folded: {err}") from None
+    return LoadedRun(row.run_id, lineage, own, state)
 
 
 def with_runtime(stored: SkillConfig, runtime: SkillConfig) -> SkillConfig:
@@ -379,20 +438,24 @@ def continue_run(store: Store, run_id: str, *, runtime: SkillConfig | None = Non
                  on_progress: ProgressCallback | None = None,
                  backend_factory: BackendFactory | None = None) -> RunState:
     """Run (or resume) `run_id` until it completes."""
-    loaded = load_run(store, run_id)
-    config = config_of(loaded.state)
-    if runtime is not None:
-        config = with_runtime(config, runtime)
-    seq, last_hash = loaded.log_position
-    ctx = build_context(store, run_id, loaded.state, config, StoreLog(store, run_id, seq, last_hash),
-                        on_progress=on_progress, backend_factory=backend_factory)
-    try:
-        return drive(ctx, loaded.state)
-    except FatalLLMError as err:
-        raise UserError(f"{err}; the run is saved: fix this and resume with "
-                        f"skillstate run --run-id {run_id}") from None
-    except BudgetExhausted as err:
-        raise BudgetStop(f"{err}; the run stopped cleanly and is saved: resume it with a higher budget: "
-                         f"skillstate run --run-id {run_id} --max-cost-usd AMOUNT") from None
-    finally:
-        ctx.close()
+    with RunLease(store, run_id) as lease:  # before anything is read to act on: one driver per run
+        loaded = load_run(store, run_id)
+        config = config_of(loaded.state)
+        if runtime is not None:
+            config = with_runtime(config, runtime)
+        seq, last_hash = loaded.log_position
+        ctx = build_context(store, run_id, loaded.state, config, StoreLog(store, run_id, seq, last_hash, lease),
+                            on_progress=on_progress, backend_factory=backend_factory)
+        try:
+            return drive(ctx, loaded.state)
+        except FatalLLMError as err:
+            raise LLMStop(str(err), run_id, fatal=True) from None
+        except CircuitOpen as err:
+            raise LLMStop(f"stopped: {err}", run_id) from None
+        except BudgetExhausted as err:
+            raise BudgetStop(str(err), run_id) from None
+        except SQLAlchemyError as err:
+            reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
+            raise StorageStop(f"database error: {redact(reason)}", run_id) from None
+        finally:
+            ctx.close()

@@ -1,22 +1,33 @@
 """OpenAI-compatible backend on the official `openai` package.
 
-Works with OpenAI, Azure OpenAI, vLLM, Ollama and any server speaking the
-chat completions API. Retries (408/409/429/5xx, connection errors) with
-exponential backoff that honours Retry-After are done by the `openai`
-client itself (`max_retries`); `timeout` bounds each attempt.
+Works with OpenAI, Azure OpenAI, vLLM, Ollama, llama.cpp's server and any
+server speaking the chat completions API. The failure policy:
+
+- transient errors (408, 409, 429, 5xx, timeouts, dropped connections) are
+  retried by the `openai` client itself (`max_retries`, exponential backoff
+  honouring Retry-After); when retries run out the call fails (`CallFailed`);
+- errors no retry will fix (400, 401, 403, 404, 422, or a reply that is not a
+  chat completion at all) stop the run (`FatalLLMError`);
+- a malformed reply (empty or truncated body, `choices` of the wrong shape)
+  is a failed call, named precisely.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 import openai
 
 from skillstate.config import ModelConfig, redact
 from skillstate.errors import UserError
-from skillstate.llm.base import ChatRequest, ChatResponse, FatalLLMError
+from skillstate.llm.base import CallFailed, ChatRequest, ChatResponse, FatalLLMError
 
 DEFAULT_AZURE_API_VERSION = "2024-10-21"
+
+# Statuses no retry will fix.
+FATAL_STATUS = {400, 401, 403, 404, 422}
 
 
 class OpenAIBackend:
@@ -31,6 +42,7 @@ class OpenAIBackend:
             )
         self.cfg = cfg
         self.role = role
+        self.client: openai.OpenAI
         if cfg.azure:
             if not cfg.base_url:
                 raise UserError(f"{role}.azure needs {role}.base_url (the Azure endpoint)")
@@ -42,28 +54,138 @@ class OpenAIBackend:
             self.client = openai.OpenAI(api_key=key, base_url=cfg.base_url, timeout=cfg.timeout,
                                         max_retries=cfg.max_retries)
 
+    @property
+    def endpoint(self) -> str:
+        return redact(str(self.client.base_url))
+
     def complete(self, request: ChatRequest) -> ChatResponse:
-        kwargs: dict = {"model": request.model, "messages": request.message_dicts(),
-                        self.cfg.max_tokens_param: request.max_tokens}
+        kwargs: dict[str, Any] = {"model": request.model, "messages": request.message_dicts(),
+                                  self.cfg.max_tokens_param: request.max_tokens}
         if request.temperature is not None:
             kwargs["temperature"] = request.temperature
+        if request.response_format is not None:
+            kwargs["response_format"] = json.loads(request.response_format)
         try:
-            resp = self.client.chat.completions.create(**kwargs)
-        except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as err:
-            raise FatalLLMError(f"{self.role} model {request.model!r}: {redact(_short(err))}") from None
+            raw = self.client.chat.completions.with_raw_response.create(**kwargs)
+        except openai.APIStatusError as err:
+            raise self._status_error(err, request.model) from None
+        except openai.APITimeoutError:
+            raise CallFailed(self._timeout_message()) from None
         except openai.APIConnectionError as err:
-            where = redact(str(self.client.base_url))
-            raise FatalLLMError(f"cannot reach the {self.role} endpoint {where}: {redact(_short(err))}") from None
-        choice = resp.choices[0] if resp.choices else None
-        text = (choice.message.content if choice and choice.message else None) or ""
-        usage = resp.usage
-        return ChatResponse(
-            text=text,
-            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-            finish_reason=choice.finish_reason if choice else None,
-        )
+            raise CallFailed(self._connection_message(err)) from None
+        return parse_chat_body(raw.http_response.text, raw.headers.get("content-type", ""), self._fatal)
+
+    # -- preflight ----------------------------------------------------------
+
+    def check(self, model: str) -> None:
+        """Does the endpoint answer, and does it serve `model`? One GET of the
+        models list; a one-token request only when the list does not name the
+        model (llama.cpp and others serve any name) or there is no list."""
+        try:
+            listed = [m.id for m in self.client.with_options(max_retries=0).models.list()]
+        except openai.APIStatusError as err:
+            if err.status_code in (401, 403):
+                raise self._status_error(err, model) from None
+            listed = []  # no models list on this server: probe instead
+        except openai.APIConnectionError as err:
+            raise FatalLLMError(self._connection_message(err, preflight=True)) from None
+        if model in listed:
+            return
+        probe = ChatRequest.build(self.name, model, [{"role": "user", "content": "ping"}], None, 1)
+        try:
+            self.complete(probe)
+        except CallFailed as err:
+            raise FatalLLMError(f"the {self.role} endpoint {self.endpoint} did not answer a test request: {err}") from None
+
+    # -- messages -----------------------------------------------------------
+
+    def _fatal(self, what: str) -> FatalLLMError:
+        return FatalLLMError(f"the {self.role} endpoint {self.endpoint} {what}")
+
+    def _status_error(self, err: openai.APIStatusError, model: str) -> Exception:
+        status = err.status_code
+        message = redact(server_message(err))
+        if status in FATAL_STATUS:
+            hint = {401: " (check the API key)", 403: " (check the API key's permissions)",
+                    404: f" (check {self.role}.base_url and the model name {model!r})"}.get(status, "")
+            return self._fatal(f"answered HTTP {status}: {message}{hint}")
+        tries = self.cfg.max_retries + 1
+        return CallFailed(f"HTTP {status} after {tries} attempt{'s' * (tries > 1)}: {message}")
+
+    def _timeout_message(self) -> str:
+        tries = self.cfg.max_retries + 1
+        return (f"timed out after {self.cfg.timeout:g} s ({tries} attempt{'s' * (tries > 1)}); "
+                f"a slow server needs a larger {self.role}.timeout")
+
+    def _connection_message(self, err: openai.APIConnectionError, preflight: bool = False) -> str:
+        cause = err.__cause__ or err.__context__
+        name = type(cause).__name__ if cause is not None else ""
+        detail = redact(first_line(cause)) if cause is not None else ""
+        if "Connect" in name and "Timeout" not in name:
+            what = f"cannot reach the {self.role} endpoint {self.endpoint}"
+        elif preflight:
+            what = f"the {self.role} endpoint {self.endpoint} dropped the connection"
+        else:
+            what = "the server closed the connection without a reply"
+        tries = self.cfg.max_retries + 1
+        return f"{what} ({detail or name or 'connection error'}; {tries} attempt{'s' * (tries > 1)})"
 
 
-def _short(err: Exception) -> str:
-    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+def first_line(value: object) -> str:
+    text = str(value).strip()
+    return text.splitlines()[0] if text else type(value).__name__
+
+
+def server_message(err: openai.APIStatusError) -> str:
+    """The server's own words: `error.message` of a JSON body, else the body's first line."""
+    body = err.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return first_line(inner["message"])[:300]
+        if isinstance(inner, str) and inner.strip():
+            return first_line(inner)[:300]
+    try:
+        text = err.response.text
+    except Exception:  # a streamed or closed body
+        text = ""
+    return first_line(text)[:300] if text.strip() else first_line(err.message)[:300]
+
+
+def parse_chat_body(text: str, content_type: str, fatal) -> ChatResponse:
+    """A chat completion from a raw 200 body; `fatal(what)` builds the error
+    for a body that is not a chat completion at all."""
+    stripped = text.strip()
+    if not stripped:
+        raise CallFailed("malformed reply: empty body")
+    if not stripped.startswith(("{", "[")):
+        shown = " ".join(stripped.split())[:80]
+        raise fatal(f"did not answer with a chat completion ({content_type or 'no content type'}: {shown!r}); "
+                    "is base_url the server's OpenAI-compatible /v1 address?")
+    try:
+        body = json.loads(stripped)
+    except json.JSONDecodeError as err:
+        raise CallFailed(f"malformed reply: truncated or invalid JSON ({err.msg} at char {err.pos} "
+                         f"of {len(stripped)})") from None
+    if not isinstance(body, dict) or "choices" not in body:
+        keys = ", ".join(sorted(body)[:6]) if isinstance(body, dict) else type(body).__name__
+        raise fatal(f"did not answer with a chat completion (no 'choices'; got {keys})")
+    choices = body["choices"]
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise CallFailed(f"malformed reply: 'choices' is {json.dumps(choices)[:60]}, not a list of choices")
+    choice = choices[0]
+    message = choice.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if message is not None and not isinstance(message, dict) or content is not None and not isinstance(content, str):
+        raise CallFailed(f"malformed reply: choices[0].message is {json.dumps(message)[:60]}")
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    return ChatResponse(
+        text=content or "",
+        prompt_tokens=_int(usage.get("prompt_tokens")),
+        completion_tokens=_int(usage.get("completion_tokens")),
+        finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
+    )
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, (int, float)) and value >= 0 else 0

@@ -2,8 +2,10 @@
 
 A request already answered (by this run, or by any run when `llm_cache` is
 `all`) is served from the table and not sent again; a new one is sent to the
-backend and recorded with its usage, latency or error. In verify mode there
-is no backend: a request the log does not hold is a divergence.
+backend and recorded with its usage, latency or error; a failed call counts
+toward the circuit breaker (`CallHealth`). In verify mode there is no
+backend: each request gets the outcome the recorded event saw, and a request
+the log does not hold is a divergence.
 """
 
 from __future__ import annotations
@@ -13,59 +15,87 @@ import time
 from skillstate.config import redact
 from skillstate.errors import ReplayMissError
 from skillstate.events import CallRef
-from skillstate.llm.base import CallResult, ChatRequest, ChatResponse, FatalLLMError, LLMClient
+from skillstate.llm.base import CallFailed, CallResult, ChatRequest, ChatResponse, FatalLLMError, LLMClient
+from skillstate.llm.health import CallHealth
 from skillstate.store import Store
 
 
 class RecordingClient:
     def __init__(self, backend: LLMClient | None, store: Store, *, run_id: str, role: str,
-                 run_ids: list[str] | None = None, before=None, budget=None):
+                 run_ids: list[str] | None = None, before=None, budget=None, health: CallHealth | None = None):
         self.backend = backend
         self.store = store
         self.run_id = run_id
         self.role = role
         self.run_ids = run_ids  # None: any run in the database
-        self.before = before  # verify: only calls recorded before the run's last event
+        self.before = before  # verify: the time the event being re-executed was appended
         self.budget = budget  # skillstate.pricing.Budget: checked before each request sent
+        self.health = health or CallHealth(0, 1.0)
         self.sent = 0
         self.served = 0
 
     def complete(self, request: ChatRequest) -> CallResult:
         h = request.hash
-        verify = self.backend is None
-        row = self.store.find_call(h, run_ids=self.run_ids, include_errors=verify, before=self.before)
+        if self.backend is None:
+            return self._verify(request)
+        row = self.store.find_call(h, run_ids=self.run_ids)
         if row is not None:
             self.served += 1
-            if row.error is not None:
-                return CallResult(CallRef(request_hash=h, role=self.role, error=row.error), error=row.error,
-                                  cached=True)
+            self.health.served()
             resp = ChatResponse.from_dict(row.response or {})
             return CallResult(self._ref(h, resp), text=resp.text, cached=True)
-        if verify:
-            raise ReplayMissError(f"the log holds no response for {self.role} request {h[:12]}")
+        self.health.check()
         if self.budget is not None:
             self.budget.check()
         start = time.perf_counter()
+        resp: ChatResponse | None = None
         try:
             resp = self.backend.complete(request)
-        except FatalLLMError:
+            error = self.unusable(request, resp)
+        except FatalLLMError as err:
+            self.health.trip(err)
             raise
-        except Exception as err:  # one failed call never aborts a stage
-            latency = (time.perf_counter() - start) * 1000
-            message = redact(f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}")
-            self.store.record_call(run_id=self.run_id, role=self.role, request_hash=h, model=request.model,
-                                   request=request.to_dict(), response=None, prompt_tokens=0, completion_tokens=0,
-                                   latency_ms=latency, error=message)
-            self.sent += 1
-            return CallResult(CallRef(request_hash=h, role=self.role, error=message), error=message)
+        except CallFailed as err:
+            error = redact(str(err))
+        except Exception as err:  # a backend's own failure: one failed call, never an aborted stage
+            error = redact(f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}")
         latency = (time.perf_counter() - start) * 1000
+        pt, ct = (resp.prompt_tokens, resp.completion_tokens) if resp is not None else (0, 0)
         self.store.record_call(run_id=self.run_id, role=self.role, request_hash=h, model=request.model,
-                               request=request.to_dict(), response=resp.to_dict(), prompt_tokens=resp.prompt_tokens,
-                               completion_tokens=resp.completion_tokens, latency_ms=latency, error=None)
+                               request=request.to_dict(), response=resp.to_dict() if resp is not None else None,
+                               prompt_tokens=pt, completion_tokens=ct, latency_ms=latency, error=error)
         self.sent += 1
-        if self.budget is not None:
-            self.budget.add(request.model, resp.prompt_tokens, resp.completion_tokens)
+        if self.budget is not None and resp is not None:
+            self.budget.add(request.model, pt, ct)
+        self.health.record(self.role, error)
+        if error is not None:
+            return CallResult(CallRef(request_hash=h, role=self.role, error=error), error=error)
         return CallResult(self._ref(h, resp), text=resp.text)
+
+    def unusable(self, request: ChatRequest, resp: ChatResponse) -> str | None:
+        """Why a well-formed reply is still a failed call, if it is. An empty
+        answer from the target is an answer; the optimizer must say something
+        and must not be cut off."""
+        if self.role != "optimizer":
+            return None
+        if resp.finish_reason == "length":
+            return (f"reply truncated at max_tokens={request.max_tokens} (finish_reason length); "
+                    f"raise {self.role}.max_tokens")
+        if not resp.text.strip():
+            return "empty reply"
+        return None
+
+    def _verify(self, request: ChatRequest) -> CallResult:
+        """The outcome the recorded event saw, from the call table alone."""
+        h = request.hash
+        row = self.store.find_call(h, run_ids=self.run_ids, as_of=self.before)
+        if row is None:
+            raise ReplayMissError(f"the log holds no response for {self.role} request {h[:12]}")
+        self.served += 1
+        if row.error is not None:
+            return CallResult(CallRef(request_hash=h, role=self.role, error=row.error), error=row.error, cached=True)
+        resp = ChatResponse.from_dict(row.response or {})
+        return CallResult(self._ref(h, resp), text=resp.text, cached=True)
 
     def _ref(self, h: str, resp: ChatResponse) -> CallRef:
         return CallRef(request_hash=h, role=self.role, prompt_tokens=resp.prompt_tokens,

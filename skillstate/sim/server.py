@@ -4,7 +4,8 @@ For trying `--backend openai` offline and for the project's tests, which
 drive it through the real `openai` client. It answers POST
 /v1/chat/completions (and GET /v1/models), requires a bearer token, and can
 be told to answer the first N requests with 429 + Retry-After to exercise
-client retries.
+client retries, or to misbehave in any way a `Fault` describes (the tests of
+the failure policy use that).
 """
 
 from __future__ import annotations
@@ -12,19 +13,41 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 from skillstate.sim.backend import SimBackend, _tokens
 from skillstate.sim.world import SimWorld
 
 
+@dataclass(frozen=True)
+class Fault:
+    """How to answer one request instead of the sim's reply: a status and a
+    raw body, after an optional delay; or close the connection unanswered."""
+
+    status: int = 200
+    body: str = ""
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    drop: bool = False
+
+
+# (chat request number from 1, or 0 for a GET; path; request body) -> a Fault, or None for the normal reply
+FaultRule = Callable[[int, str, dict[str, Any]], "Fault | None"]
+
+# What GET /v1/models lists: any model name is served, these are the names the docs and tests use.
+SIM_MODEL_IDS = ("sim", "sim-model", "sim-target", "sim-optimizer")
+
+
 class SimServer:
     def __init__(self, world: SimWorld, host: str = "127.0.0.1", port: int = 0, *,
-                 fail_first: int = 0, retry_after: float = 0.0):
+                 fail_first: int = 0, retry_after: float = 0.0, fault: FaultRule | None = None):
         self.backend = SimBackend(world)
         self.fail_first = fail_first
         self.retry_after = retry_after
+        self.fault = fault
         self.requests = 0
         self.auth_headers: list[str] = []
         self._lock = threading.Lock()
@@ -71,9 +94,30 @@ class SimServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _misbehave(self, fault: Fault) -> None:
+                if fault.delay:
+                    time.sleep(fault.delay)
+                if fault.drop:
+                    self.close_connection = True
+                    self.connection.shutdown(2)  # socket.SHUT_RDWR: no reply at all
+                    return
+                data = fault.body.encode()
+                self.send_response(fault.status)
+                self.send_header("Content-Type", fault.content_type)
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in fault.headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
             def do_GET(self) -> None:
-                if self.path.rstrip("/").endswith("/models"):
-                    self._send(200, {"object": "list", "data": [{"id": "sim", "object": "model"}]})
+                fault = server.fault(0, self.path, {}) if server.fault is not None else None
+                if fault is not None:
+                    self._misbehave(fault)
+                elif not self.headers.get("Authorization", "").partition(" ")[2].strip():
+                    self._send(401, {"error": {"message": "missing API key", "type": "invalid_request_error"}})
+                elif self.path.rstrip("/").endswith("/models"):
+                    self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in SIM_MODEL_IDS]})
                 else:
                     self._send(404, {"error": {"message": "not found"}})
 
@@ -99,6 +143,10 @@ class SimServer:
                 if n <= server.fail_first:
                     self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
                                {"Retry-After": str(server.retry_after)})
+                    return
+                fault = server.fault(n, self.path, body) if server.fault is not None else None
+                if fault is not None:
+                    self._misbehave(fault)
                     return
                 messages = body.get("messages") or []
                 text = server.backend.respond(messages)

@@ -1,0 +1,84 @@
+"""The circuit breaker: counts the calls a run sends and stops it when too
+many fail, so a dead or misbehaving endpoint never yields a run that merely
+looks finished.
+
+Two rules, both config keys (runtime keys: a resume may change them):
+- `max_consecutive_failures` failed calls in a row (a call served from the
+  call table breaks the row) stop the run at once;
+- more than `max_stage_failure_share` of a stage's calls (sent or served
+  from the call table) failing stops
+  the run at the end of that stage, before its events are appended, so a
+  resume redoes the stage: the calls that succeeded are served from the call
+  table and only the failed ones are sent again.
+A fatal error (`FatalLLMError`) opens the breaker too, so no other thread
+sends anything once one call has hit it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from skillstate.llm.base import CircuitOpen
+
+# A stage's failure share is judged only from this many sent calls on.
+MIN_STAGE_CALLS = 4
+
+
+class CallHealth:
+    def __init__(self, max_consecutive: int = 16, max_share: float = 0.5):
+        self.max_consecutive = max_consecutive
+        self.max_share = max_share
+        self._lock = threading.Lock()
+        self.consecutive = 0
+        self.stage = ""
+        self.sent = 0
+        self.calls = 0  # sent and served
+        self.errors: Counter[str] = Counter()
+        self.stopped: BaseException | None = None
+
+    def begin_stage(self, name: str) -> None:
+        with self._lock:
+            self.stage, self.sent, self.calls, self.errors = name, 0, 0, Counter()
+            self.consecutive = 0  # a new stage asks for other things
+
+    def check(self) -> None:
+        """Raise the error that stopped the run, if one did: nothing more is sent."""
+        if self.stopped is not None:
+            raise self.stopped
+
+    def trip(self, err: BaseException) -> None:
+        with self._lock:
+            if self.stopped is None:
+                self.stopped = err
+
+    def served(self) -> None:
+        """Count one call answered from the call table: a call of the stage that did not fail."""
+        with self._lock:
+            self.calls += 1
+            self.consecutive = 0
+
+    def record(self, role: str, error: str | None) -> None:
+        """Count one sent call; raises CircuitOpen when the consecutive rule trips."""
+        with self._lock:
+            self.sent += 1
+            self.calls += 1
+            if error is None:
+                self.consecutive = 0
+                return
+            self.consecutive += 1
+            self.errors[f"{role}: {error}"] += 1
+            if self.max_consecutive and self.consecutive >= self.max_consecutive and self.stopped is None:
+                self.stopped = CircuitOpen(
+                    f"{self.consecutive} LLM calls in a row failed (max_consecutive_failures="
+                    f"{self.max_consecutive}) in stage {self.stage}; the last: {role}: {error}")
+        self.check()
+
+    def end_stage(self) -> None:
+        """Raise CircuitOpen when too many of the stage's calls failed."""
+        failed = sum(self.errors.values())
+        if self.max_share >= 1.0 or self.sent < MIN_STAGE_CALLS or failed <= self.max_share * self.calls:
+            return
+        common, count = self.errors.most_common(1)[0]
+        raise CircuitOpen(f"{failed} of the {self.calls} LLM calls of stage {self.stage} failed (more than "
+                          f"max_stage_failure_share={self.max_share:g}); most common ({count}x): {common}")
