@@ -1,12 +1,12 @@
 """`skillstate`: the command line. Thin: parse, call the library, print.
 
-The commands live in `train`, `evaluate`, `read` and `tools`; importing them registers
+The commands live in `train`, `evaluate`, `read`, `integrity` and `tools`; importing them registers
 them on the group.
 """
 
 from __future__ import annotations
 
-from skillstate.cli import evaluate, read, tools, train  # noqa: F401  (registers the commands)
+from skillstate.cli import evaluate, integrity, read, tools, train  # noqa: F401  (registers the commands)
 from skillstate.cli.app import cli
 
 

@@ -201,25 +201,34 @@ def why(args, as_json, db) -> None:
 
 @cli.command()
 @click.argument("run_id", required=False)
+@click.option("--head", "expect_head", metavar="SEQ:HASH",
+              help="A head recorded earlier with `skillstate head`: the log must still hold it.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @db_option
-def audit(run_id, as_json, db) -> None:
+def audit(run_id, expect_head, as_json, db) -> None:
     """Check a run's log: hash chain, contiguous sequence, known event types,
     blobs, a fold without error and, for a fork, its parent's prefix.
 
+    With $SKILLSTATE_AUDIT_KEY set, every event must also carry a valid
+    signature under that key (runs written with the key set are signed), so
+    a re-hashed chain is caught. With --head, a cut tail is caught too.
     Exits 0 when the log is intact, 1 naming the first bad event otherwise.
 
     \b
-    Example:
+    Examples:
         skillstate audit my-run
+        skillstate audit my-run --head "$(cat my-run.head)"
     """
     from skillstate.audit import audit as run_audit
 
-    report = run_audit(open_store(db), run_id)
+    report = run_audit(open_store(db), run_id, expect_head=expect_head)
+    checks = "hash chain and invariants" + (", signatures" if report.keyed else "") + (
+        ", recorded head" if report.head_checked else "")
     if as_json:
-        echo_json({"run_id": report.run_id, "ok": report.ok, "events": report.events, "problems": report.problems})
+        echo_json({"run_id": report.run_id, "ok": report.ok, "events": report.events, "problems": report.problems,
+                   "keyed": report.keyed, "head_checked": report.head_checked})
     elif report.ok:
-        click.echo(f"run {report.run_id}: {report.events} events, hash chain and invariants intact")
+        click.echo(f"run {report.run_id}: {report.events} events, {checks} intact")
     if not report.ok:
         raise click.ClickException(report.problems[0])
 

@@ -133,7 +133,24 @@ def eval_text(s: dict[str, Any]) -> str:
     lines.extend(usage_lines(s["usage"]))
     lines.append("")
     lines.extend(cost_lines(s["cost"]))
+    lines.extend(failure_lines(s))
     return "\n".join(lines)
+
+
+def failure_lines(s: dict[str, Any]) -> list[str]:
+    """Failed LLM calls per stage and role, ending with one line that says so;
+    nothing when no call failed."""
+    f = s.get("failures") or {}
+    if not f.get("failed"):
+        return []
+    lines = ["", "failed LLM calls       failed   of calls  most common error"]
+    for stage, roles in f["by_stage"].items():
+        for role, v in roles.items():
+            lines.append(f"  {stage + ' ' + role:20}{v['failed']:>8}{v['calls']:>11}  "
+                         f"{v['common_count']}x {v['common'][:120]}")
+    lines.append(f"run {s['run_id']} {s['status']} with {f['failed']} failed LLM call{'s' * (f['failed'] != 1)} "
+                 f"of {f['calls']}: its scores count them as failures (details: skillstate show --step N)")
+    return lines
 
 
 def summary_text(s: dict[str, Any]) -> str:
@@ -158,6 +175,7 @@ def summary_text(s: dict[str, Any]) -> str:
     if s.get("cost"):
         lines.append("")
         lines.extend(cost_lines(s["cost"]))
+    lines.extend(failure_lines(s))
     return "\n".join(lines)
 
 

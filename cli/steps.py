@@ -6,6 +6,7 @@ from typing import Any
 
 from skillstate.engine.runner import LoadedRun
 from skillstate.errors import NotFoundError
+from skillstate.failures import failed_calls
 from skillstate.store import Store
 
 from skillstate.cli.render import fmt
@@ -16,11 +17,12 @@ def _edit(e) -> dict[str, Any]:
 
 
 def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
-    events = [s.event for s in loaded.lineage if s.step == step]
+    stored = [s for s in loaded.lineage if s.step == step]
+    events = [s.event for s in stored]
     if not events:
         raise NotFoundError(f"step {step} is beyond the end of run {loaded.run_id!r} "
                             f"(last completed step: {loaded.state.last_completed_step})")
-    out: dict[str, Any] = {"run_id": loaded.run_id, "step": step}
+    out: dict[str, Any] = {"run_id": loaded.run_id, "step": step, "failed_calls": failed_calls(store, stored)}
     for ev in events:
         t = ev.type
         if t == "StepStarted":
@@ -36,6 +38,7 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
                 "source": ev.source, "minibatch": ev.minibatch, "status": ev.status, "items": ev.item_ids,
                 "failure_summary": ev.failure_summary, "edits": [_edit(e) for e in ev.edits],
                 "raw_reply": store.get_blob(ev.reply) if ev.reply else None,
+                "error": ev.call.error if ev.call is not None else None,
             })
         elif t == "PatchesMerged":
             out["merged"] = {"edits": [_edit(e) for e in ev.edits],
@@ -71,7 +74,8 @@ def step_text(d: dict[str, Any]) -> str:
         if len(r["failures"]) > 8:
             lines.append(f"  ... {len(r['failures']) - 8} more failures")
     for p in d.get("patches", []):
-        lines.append(f"patch {p['source']}#{p['minibatch']} ({len(p['items'])} items): {p['status']}")
+        failed = f": {p['error'][:120]}" if p.get("error") else ""
+        lines.append(f"patch {p['source']}#{p['minibatch']} ({len(p['items'])} items): {p['status']}{failed}")
         for s in p["failure_summary"]:
             lines.append(f"  pattern: {s}")
         for e in p["edits"]:
@@ -99,4 +103,9 @@ def step_text(d: dict[str, Any]) -> str:
                      + (" (score cache)" if ev["cached"] else ""))
     if "decision" in d:
         lines.append(f"gate: {d['decision']['decision']} ({d['decision']['reason']})")
+    f = d.get("failed_calls") or {}
+    for stage, roles in f.get("by_stage", {}).items():
+        for role, v in roles.items():
+            lines.append(f"failed calls: {stage} {role}: {v['failed']} of {v['calls']}; "
+                         f"most common ({v['common_count']}x): {v['common'][:120]}")
     return "\n".join(lines)

@@ -1,5 +1,16 @@
 """Checking a log: the hash chain and invariants (audit), and re-execution
-against the recorded LLM responses (verify)."""
+against the recorded LLM responses (verify).
+
+What audit detects depends on what it is given:
+- alone, any change to a stored event, a gap, a reordering, an unknown type
+  or payload, a missing or altered blob, a fold error, a changed fork prefix;
+  but not a log whose tail was cut, nor one whose whole chain was re-hashed
+  by someone who rewrote events (the hashes are unkeyed);
+- with $SKILLSTATE_AUDIT_KEY, every event must carry the HMAC of its hash
+  under that key, so a re-hashed chain fails without the key;
+- with a recorded head (`skillstate head`, kept elsewhere), the chain must
+  still contain that event, so a cut tail or a rewritten past fails too.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +18,7 @@ from dataclasses import dataclass, field
 
 from skillstate.chain import check_chain, label
 from skillstate.engine.runner import build_context, config_of, drive, lineage_events, load_run
-from skillstate.errors import ReplayMissError
+from skillstate.errors import ReplayMissError, UserError
 from skillstate.events import Event, RunForked, encode
 from skillstate.reducer import RunState, reduce
 from skillstate.store import GENESIS, StoredEvent, Store
@@ -19,16 +30,49 @@ class AuditReport:
     run_id: str
     events: int = 0
     problems: list[str] = field(default_factory=list)
+    keyed: bool = False  # every event's signature was checked
+    head_checked: bool = False
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
 
-def audit(store: Store, run_id: str | None) -> AuditReport:
+@dataclass(frozen=True)
+class Head:
+    """The last event of a run: what a user records elsewhere to detect a
+    cut or rewritten log later (`audit --head`)."""
+
+    run_id: str
+    seq: int
+    hash: str
+
+    def __str__(self) -> str:
+        return f"{self.seq}:{self.hash}"
+
+
+def head(store: Store, run_id: str | None) -> Head:
     row = store.require_run(run_id)
     own = store.read_events(row.run_id)
-    report = AuditReport(row.run_id, len(own))
+    last = own[-1] if own else None
+    return Head(row.run_id, last.seq if last else 0, last.hash if last else GENESIS)
+
+
+def parse_head(text: str) -> tuple[int | None, str]:
+    """`SEQ:HASH` or a bare HASH, as `skillstate head` prints it."""
+    seq, sep, h = text.strip().rpartition(":")
+    h = h.lower()
+    if len(h) != 64 or any(c not in "0123456789abcdef" for c in h) or (sep and not seq.isdigit()):
+        raise UserError(f"--head takes SEQ:HASH as `skillstate head` prints it (a 64-digit hex hash), got {text!r}")
+    return (int(seq) if sep else None), h
+
+
+def audit(store: Store, run_id: str | None, *, expect_head: str | None = None) -> AuditReport:
+    """Check a run's log; with `expect_head` (SEQ:HASH) the log must still hold that event."""
+    expected = parse_head(expect_head) if expect_head is not None else None
+    row = store.require_run(run_id)
+    own = store.read_events(row.run_id)
+    report = AuditReport(row.run_id, len(own), keyed=store.audit_key is not None)
     if not own:
         report.problems.append(f"run {row.run_id} has no events")
         return report
@@ -54,6 +98,14 @@ def audit(store: Store, run_id: str | None) -> AuditReport:
     if problem:
         report.problems.append(problem)
         return report
+    if expected is not None:
+        seq, h = expected
+        at = next((s for s in own if s.hash == h), None)
+        if at is None or (seq is not None and at.seq != seq):
+            report.problems.append(f"run {row.run_id}: the recorded head {seq if seq is not None else '?'}:{h[:12]} "
+                                   "is not in the log (its tail was cut or its past rewritten)")
+            return report
+        report.head_checked = True
     refs: dict[str, StoredEvent] = {}
     for s, ev in zip(own, decoded):
         for h in ev.blob_refs():

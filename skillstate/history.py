@@ -13,6 +13,7 @@ from skillstate.engine.runner import LoadedRun, load_run, roles_of
 from skillstate.errors import NotFoundError
 from skillstate.config import SIM_MODELS
 from skillstate.events import Usage
+from skillstate.failures import failed_calls
 from skillstate.pricing import cost_usd, price_for, sent_cost
 from skillstate.reducer import RunState, StepRecord, usage_totals
 from skillstate.store import Store
@@ -136,6 +137,7 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
         "usage_by_stage": {stage: {role: u.model_dump() for role, u in roles.items()}
                            for stage, roles in own.usage_by_stage.items()},
         "cost": cost_summary(sent_rows, dict(s.config), own, roles_of(s.kind)),
+        "failures": failed_calls(store, loaded.own),
     }
 
 

@@ -40,6 +40,11 @@ STAGE_OF = {
 }
 
 
+def stage_of(event: Event) -> str:
+    """The stage an event's LLM calls are booked to."""
+    return "eval" if getattr(event, "label", None) == "eval" else STAGE_OF.get(event.type, event.type)
+
+
 class FoldError(CorruptLogError, ValueError):
     """An event that cannot follow the events before it."""
 
@@ -185,7 +190,7 @@ def _add_usage(state: RunState, event: Event) -> RunState:
     if not usage:
         return state
     total = dict(state.usage)
-    stage_name = "eval" if getattr(event, "label", None) == "eval" else STAGE_OF.get(event.type, event.type)
+    stage_name = stage_of(event)
     stage = dict(state.usage_by_stage.get(stage_name, EMPTY))
     for role, u in usage.items():
         total[role] = total.get(role, Usage()) + u

@@ -8,7 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Protocol, TypeVar
 
+from pydantic import BaseModel
+
 from skillstate.config import SkillConfig
+from skillstate.engine.parsing import response_format
 from skillstate.envs.base import SkillEnv
 from skillstate.events import Event
 from skillstate.llm.base import CallResult, ChatRequest
@@ -99,15 +102,19 @@ class RunContext:
 
     # -- LLM calls ----------------------------------------------------------
 
-    def llm(self, role: str, messages: list[dict[str, str]]) -> CallResult:
+    def llm(self, role: str, messages: list[dict[str, str]],
+            response_format: dict[str, Any] | None = None) -> CallResult:
         cfg = getattr(self.config, role)
         request = ChatRequest.build(self.config.backend, self.config.model_for(role), messages,
-                                    cfg.temperature, cfg.max_tokens)
+                                    cfg.temperature, cfg.max_tokens, response_format)
         return self.clients[role].complete(request)
 
-    def optimizer(self, user: str) -> CallResult:
+    def optimizer(self, user: str, reply: type[BaseModel] | None = None) -> CallResult:
+        """One optimizer call; `reply` is the shape the prompt asks for (sent as
+        a JSON schema with `optimizer.response_format: json_schema`)."""
+        fmt = response_format(self.config.optimizer.response_format, reply)
         return self.llm("optimizer", [{"role": "system", "content": self.prompts["optimizer_system"].strip()},
-                                      {"role": "user", "content": user}])
+                                      {"role": "user", "content": user}], fmt)
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
         """Run `fn` over items concurrently (up to `concurrency`), results in input order."""

@@ -89,7 +89,7 @@ def _ask(ctx: RunContext, state: RunState, name: str, model, field: str, **value
     comparison = state.boundary.comparison
     result = ctx.optimizer(compose(ctx, state, name, comparison=to_json(comparison_view(ctx, comparison)),
                                    previous_skill=ctx.blob(comparison.previous_skill),
-                                   skill=ctx.blob(comparison.skill), **values))
+                                   skill=ctx.blob(comparison.skill), **values), reply=model)
     if not result.ok:
         return "error", None, result
     reply = parse_reply(result.text, model)

@@ -101,3 +101,14 @@ def parse_reply(text: str, model: type[BaseModel]):
         return model.model_validate(data)
     except ValidationError:
         return None
+
+
+def response_format(mode: str, reply: type[BaseModel] | None) -> dict[str, Any] | None:
+    """The `response_format` an optimizer request carries: none for `text`;
+    the reply's JSON schema for `json_schema` (JSON mode when the call has no
+    fixed shape); JSON mode for `json_object`."""
+    if mode == "text":
+        return None
+    if mode == "json_schema" and reply is not None:
+        return {"type": "json_schema", "json_schema": {"name": reply.__name__, "schema": reply.model_json_schema()}}
+    return {"type": "json_object"}

@@ -64,11 +64,11 @@ def reflect(ctx: RunContext, state: RunState) -> list[Event]:
         views = [item_view(ctx.env, by_id[i], json.loads(ctx.blob(by_id[i].trajectory))) for i in ids]
         prompt = compose(ctx, state, ANALYST_PROMPTS[mode].format(source), memo=True, buffer=True, skill=skill,
                          budget=p.edit_budget, trajectories=to_json(views))
-        result = ctx.optimizer(prompt)
+        model = {"patch": AnalystReply, "rewrite": SuggestionReply, "full_rewrite": SkillReply}[mode]
+        result = ctx.optimizer(prompt, reply=model)
         common = dict(step=p.step, source=source, minibatch=index, item_ids=ids, call=result.ref, sub_batch=sub)
         if not result.ok:
             return PatchProposed(status="error", reasoning=result.error or "", **common)
-        model = {"patch": AnalystReply, "rewrite": SuggestionReply, "full_rewrite": SkillReply}[mode]
         reply = parse_reply(result.text, model)
         if reply is None:
             return PatchProposed(status="unparseable", reply=ctx.put_blob(result.text), **common)
@@ -124,7 +124,8 @@ def merge_tree(ctx: RunContext, state: RunState, side: str, skill: str,
 
     def merge_group(level: int, group: list[list[Edit]]) -> tuple[list[Edit], MergeCall]:
         payload = [{"patch": i, "edits": edits_json(g)} for i, g in enumerate(group)]
-        result = ctx.optimizer(compose(ctx, state, "merge", memo=True, skill=skill, patches=to_json(payload)))
+        result = ctx.optimizer(compose(ctx, state, "merge", memo=True, skill=skill, patches=to_json(payload)),
+                               reply=MergeReply)
         flat = [e for g in group for e in g]
         reply = parse_reply(result.text, MergeReply) if result.ok else None
         status = "fallback" if reply is None else "ok"
@@ -148,7 +149,8 @@ def merge_skill_tree(ctx: RunContext, state: RunState, side: str, skill: str,
 def _merge_skills(ctx: RunContext, state: RunState, skill: str, versions: list[tuple[str, str]], level: int,
                   side: str) -> tuple[str, MergeCall]:
     payload = [{"version": i, "source": source, "skill": text} for i, (source, text) in enumerate(versions)]
-    result = ctx.optimizer(compose(ctx, state, "merge_skills", memo=True, skill=skill, skills=to_json(payload)))
+    result = ctx.optimizer(compose(ctx, state, "merge_skills", memo=True, skill=skill, skills=to_json(payload)),
+                           reply=SkillReply)
     reply = parse_reply(result.text, SkillReply) if result.ok else None
     status = "fallback" if reply is None or not reply.skill.strip() else "ok"
     merged = versions[0][1] if status == "fallback" else reply.skill
@@ -169,7 +171,7 @@ def aggregate(ctx: RunContext, state: RunState) -> list[Event]:
         result = ctx.optimizer(compose(
             ctx, state, "merge_final", memo=True, skill=skill,
             failure_patch=to_json({"edits": edits_json(fail_edits)}),
-            success_patch=to_json({"edits": edits_json(succ_edits)})))
+            success_patch=to_json({"edits": edits_json(succ_edits)})), reply=MergeReply)
         reply = parse_reply(result.text, MergeReply) if result.ok else None
         if reply is None:
             edits = fail_edits + succ_edits

@@ -57,7 +57,7 @@ def select(ctx: RunContext, state: RunState) -> list[Event]:
         return [EditsSelected(step=p.step, budget=budget, candidates=len(edits), method="all" if budget else "none",
                               selected_indices=indices, edits=[edits[i] for i in indices])]
     result = ctx.optimizer(compose(ctx, state, "rank", memo=True, skill=ctx.blob(p.base_skill), budget=budget,
-                                   edits=to_json(edits_json(edits, with_index=True))))
+                                   edits=to_json(edits_json(edits, with_index=True))), reply=RankReply)
     reply = parse_reply(result.text, RankReply) if result.ok else None
     indices: list[int] = []
     if reply is not None:
@@ -97,7 +97,8 @@ def update(ctx: RunContext, state: RunState) -> list[Event]:
         extra["report"] = []
     else:
         suggestions = [e.content for e in p.selected.edits]
-        result = ctx.optimizer(compose(ctx, state, "rewrite", buffer=True, skill=body_of(base), suggestions=to_json(suggestions)))
+        result = ctx.optimizer(compose(ctx, state, "rewrite", buffer=True, skill=body_of(base),
+                                       suggestions=to_json(suggestions)), reply=SkillReply)
         reply = parse_reply(result.text, SkillReply) if result.ok else None
         extra.update(report=[], call=result.ref)
         if reply is None or not reply.skill.strip():

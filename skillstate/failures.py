@@ -1,0 +1,67 @@
+"""The failed LLM calls of a run, counted from its events.
+
+Every event records the calls it depended on (`CallRef`, with the error of a
+failed call); evaluation events keep theirs in the results blob. A failed
+call that a resume later redid successfully is not counted: what counts is
+what the run's events saw.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from typing import Any, Iterator
+
+from pydantic import BaseModel
+
+from skillstate.events import CallRef, Event
+from skillstate.reducer import stage_of
+from skillstate.store import Store, StoredEvent
+
+
+def call_refs(value: Any) -> Iterator[CallRef]:
+    """Every CallRef inside an event or value, depth first."""
+    if isinstance(value, CallRef):
+        yield value
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from call_refs(getattr(value, name))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from call_refs(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from call_refs(item)
+
+
+def _blob_refs(results: list[dict[str, Any]]) -> Iterator[CallRef]:
+    for item in results:
+        if isinstance(item, dict) and isinstance(item.get("call"), dict):
+            yield CallRef.model_validate(item["call"])
+
+
+def failed_calls(store: Store, own: list[StoredEvent]) -> dict[str, Any]:
+    """{"calls", "failed", "by_stage": {stage: {role: {"calls", "failed", "common", "common_count"}}}}."""
+    decoded: list[Event] = [s.event for s in own]
+    blob_hashes = [ev.results for ev in decoded if isinstance(getattr(ev, "results", None), str)]
+    blobs = store.get_blobs(blob_hashes) if blob_hashes else {}
+    calls: dict[tuple[str, str], int] = defaultdict(int)
+    errors: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    for ev in decoded:
+        refs = list(call_refs(ev))
+        results = getattr(ev, "results", None)
+        if isinstance(results, str) and results in blobs:
+            refs.extend(_blob_refs(json.loads(blobs[results])))
+        stage = stage_of(ev)
+        for ref in refs:
+            calls[(stage, ref.role)] += 1
+            if ref.error is not None:
+                errors[(stage, ref.role)][ref.error] += 1
+    by_stage: dict[str, dict[str, Any]] = {}
+    for key, counter in errors.items():
+        stage, role = key
+        common, count = counter.most_common(1)[0]
+        by_stage.setdefault(stage, {})[role] = {"calls": calls[key], "failed": sum(counter.values()),
+                                                "common": common, "common_count": count}
+    return {"calls": sum(calls.values()), "failed": sum(sum(c.values()) for c in errors.values()),
+            "by_stage": by_stage}
