@@ -1,37 +1,36 @@
 """Driving a run: pick the next stage from the folded state, run it, append
-its events, fold them, repeat. Also creating, loading and forking runs."""
+its events, fold them, repeat, under the run's lease and the failure policy.
+
+Creating and forking runs live in `create`, reading them back in `loading`;
+both are re-exported here, the engine's one entry point."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import secrets
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from skillstate import __version__
-from skillstate.config import RUNTIME_KEYS, SkillConfig, merge_overrides, public_config, redact, validate_config
+from skillstate.config import RUNTIME_KEYS, SkillConfig, redact, validate_config
 from skillstate.engine import epoch, reflect, stages, update
 from skillstate.engine.context import ProgressCallback, RunContext, RunLog, StoreLog
-from skillstate.envs import QAEnv, load_dataset_dir
-from skillstate.envs.base import SkillEnv
-from skillstate.chain import check_chain
-from skillstate.errors import (
-    BudgetStop, ConfigError, CorruptLogError, DataError, LLMStop, NotFoundError, StorageStop, UserError,
+from skillstate.engine.create import (  # noqa: F401  (re-exported)
+    FIXED_ON_FORK, MAX_TOTAL_STEPS, check_schedule, create_run, fork_run, preflight,
 )
-from skillstate.events import Event, GateDecided, BaselineEvaluated, RunForked, RunStarted
+from skillstate.engine.loading import (  # noqa: F401  (re-exported)
+    LoadedRun, config_of, lineage_events, lineage_run_ids, load_run, new_run_id, roles_of, state_of, step_boundary,
+)
+from skillstate.envs import QAEnv
+from skillstate.envs.base import SkillEnv
+from skillstate.errors import BudgetStop, LLMStop, StorageStop
+from skillstate.events import Event
 from skillstate.lease import RunLease
 from skillstate.llm.base import CircuitOpen, FatalLLMError, LLMClient
 from skillstate.llm.health import CallHealth
 from skillstate.llm.recording import RecordingClient
 from skillstate.pricing import Budget, BudgetExhausted, price_for, sent_cost
-from skillstate.prompts import PROMPT_NAMES, resolve_prompts
-from skillstate.reducer import RunState, fold, reduce
-from skillstate.scheduler import steps_per_epoch
-from skillstate.store import GENESIS, StoredEvent, Store
-from skillstate.util import canonical_json, hash_value, sha256_text
+from skillstate.reducer import RunState, reduce
+from skillstate.store import Store
 
 Stage = Callable[[RunContext, RunState], list[Event]]
 
@@ -118,57 +117,6 @@ def drive(ctx: RunContext, state: RunState, before_stage: Callable[[str], None] 
     return state
 
 
-# --- loading -----------------------------------------------------------------
-
-
-def new_run_id(prefix: str = "run") -> str:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"{prefix}-{stamp}-{secrets.token_hex(2)}"
-
-
-def lineage_events(store: Store, run_id: str) -> list[StoredEvent]:
-    """The events that make up a run: its fork parent's prefix, then its own."""
-    own = store.read_events(run_id)
-    run = store.get_run(run_id)
-    if run is None or run.parent_run_id is None or not own:
-        return own
-    first = own[0].event
-    if not isinstance(first, RunForked):
-        raise CorruptLogError(f"run {run_id!r} has a parent but does not start with RunForked")
-    return lineage_events(store, run.parent_run_id)[: first.parent_event_count] + own
-
-
-def lineage_run_ids(store: Store, run_id: str) -> list[str]:
-    ids = []
-    current: str | None = run_id
-    while current is not None:
-        ids.append(current)
-        row = store.get_run(current)
-        current = row.parent_run_id if row else None
-    return ids
-
-
-def step_boundary(stored: list[StoredEvent], step: int) -> int:
-    """Number of events up to the end of `step` (0 = the baseline)."""
-    for i, s in enumerate(stored):
-        if step == 0 and s.type == BaselineEvaluated.type:
-            return i + 1
-        if step > 0 and s.type == GateDecided.type and s.step == step:
-            return i + 1
-    last = max((s.step for s in stored if s.type == GateDecided.type), default=None)
-    if last is None and not any(s.type == BaselineEvaluated.type for s in stored):
-        raise NotFoundError(f"step {step} is beyond the end of the run (no baseline yet)")
-    raise NotFoundError(f"step {step} is beyond the end of the run (last completed step: {last or 0})")
-
-
-def state_of(stored: list[StoredEvent]) -> RunState:
-    return fold(s.event for s in stored)
-
-
-def config_of(state: RunState) -> SkillConfig:
-    return validate_config(dict(state.config))
-
-
 # Environment kinds by the config key `env`.
 ENVIRONMENTS: dict[str, type[SkillEnv]] = {"qa": QAEnv}
 
@@ -228,196 +176,6 @@ def run_budget(store: Store, run_id: str, config: SkillConfig) -> Budget:
     """The run's cost budget, starting from what its requests so far cost."""
     spent = sum(sent_cost(store.paid_by_model(run_id), config.prices).values())
     return Budget(config.max_cost_usd, spent, config.prices)
-
-
-# --- creating runs -------------------------------------------------------------
-
-
-def _dataset(config: SkillConfig) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
-    """The splits and the default skill of the run's environment."""
-    wanted = [config.train_split, config.val_split, config.test_split]
-    if config.data:
-        return load_dataset_dir(config.data, wanted), None
-    if config.backend != "sim":
-        raise DataError("backend openai needs a dataset: pass --data DIR (with train/val/test .jsonl)")
-    from skillstate.sim.world import bundled_skill, bundled_splits
-
-    generated = bundled_splits()
-    return {name: generated[default] for name, default in zip(wanted, ("train", "val", "test"))}, bundled_skill()
-
-
-def _initial_skill(config: SkillConfig, default: str | None) -> str:
-    if config.initial_skill:
-        from pathlib import Path
-
-        try:
-            return Path(config.initial_skill).expanduser().read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise ConfigError(f"cannot read initial skill {config.initial_skill}: "
-                              f"{getattr(err, 'strerror', None) or err}") from None
-    return default if default is not None else QAEnv({}).default_skill()
-
-
-def roles_of(kind: str) -> tuple[str, ...]:
-    """The LLM roles a run of this kind calls: an evaluation run only has a target."""
-    return ("target",) if kind == "eval" else ("target", "optimizer")
-
-
-# More steps than this is a mistake, not a plan (SkillOpt's own runs have tens).
-MAX_TOTAL_STEPS = 100_000
-
-
-def check_schedule(total_steps: int) -> None:
-    if total_steps > MAX_TOTAL_STEPS:
-        raise ConfigError(f"the schedule has {total_steps:,} steps, more than the {MAX_TOTAL_STEPS:,} allowed; "
-                          "lower num_epochs or raise batch_size")
-
-
-def preflight(config: SkillConfig, roles: tuple[str, ...] = ("target", "optimizer"), *,
-              probe: bool = True) -> None:
-    """Fail on missing models or credentials before anything is written; with
-    `probe`, also ask each endpoint whether it answers and serves the model,
-    so a bad key, a closed port or an unknown model leaves no run behind."""
-    checked: set[tuple[Any, ...]] = set()
-    for role in roles:
-        model = config.model_for(role)
-        if config.backend != "openai":
-            continue
-        from skillstate.llm.openai_backend import OpenAIBackend
-
-        cfg = getattr(config, role)
-        backend = OpenAIBackend(cfg, role)
-        key = (cfg.base_url, cfg.api_key_env, cfg.azure, model)
-        if probe and key not in checked:
-            checked.add(key)
-            try:
-                backend.check(model)
-            except FatalLLMError as err:
-                raise UserError(f"{err}; no run was created") from None
-
-
-def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
-               eval_split: str | None = None) -> str:
-    """Validate everything, then write the run row and RunStarted atomically.
-
-    With `eval_split` the run is an evaluation run: it scores its initial
-    skill on that split and has no steps."""
-    run_id = run_id or new_run_id("eval" if eval_split else "run")
-    if store.get_run(run_id) is not None:
-        raise UserError(f"run {run_id!r} already exists")
-    preflight(config, roles_of("eval" if eval_split else "train"), probe=False)
-    splits, default_skill = _dataset(config)
-    if eval_split is not None and eval_split not in splits:
-        raise ConfigError(f"unknown split {eval_split!r} (this run's splits: {', '.join(splits)})")
-    skill = _initial_skill(config, default_skill)
-    prompts = resolve_prompts(config.prompts)
-    blobs: dict[str, str] = {}
-
-    def put(text: str) -> str:
-        h = sha256_text(text)
-        blobs[h] = text
-        return h
-
-    dataset = {name: {"hash": put(canonical_json(items)), "count": len(items)} for name, items in splits.items()}
-    spe = steps_per_epoch(len(splits[config.train_split]), config.batch_size, config.accumulation)
-    if not eval_split:
-        check_schedule(spe * config.num_epochs)
-    preflight(config, roles_of("eval" if eval_split else "train"))  # last: it may call the endpoints
-    event = RunStarted(
-        config=public_config(config), initial_skill=put(skill), dataset=dataset,
-        dataset_fingerprint=hash_value({k: v["hash"] for k, v in dataset.items()}),
-        prompts={name: put(text) for name, text in prompts.items()},
-        steps_per_epoch=0 if eval_split else spe, total_steps=0 if eval_split else spe * config.num_epochs,
-        package_version=__version__, kind="eval" if eval_split else "train", eval_split=eval_split,
-    )
-    store.append(run_id, [event], last_seq=0, last_hash=GENESIS, blobs_to_put=blobs, new_run={})
-    return run_id
-
-
-# Keys a fork may not change: they define what the inherited state means.
-FIXED_ON_FORK = ("env", "data", "train_split", "val_split", "test_split", "initial_skill")
-
-
-def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, Any],
-             run_id: str | None = None, *, probe: bool = True) -> str:
-    """A new run inheriting the parent's state after `step`, with overrides.
-    Without `probe` the endpoints are not asked (a fork created offline, to
-    be trained later)."""
-    parent = lineage_events(store, parent_run_id)
-    if parent and getattr(parent[0].event, "kind", "train") != "train":
-        raise UserError(f"run {parent_run_id!r} is an evaluation run; only training runs can be forked")
-    count = step_boundary(parent, step)
-    state = state_of(parent[:count])
-    for key in overrides:
-        if key.split(".")[0] in FIXED_ON_FORK:
-            raise ConfigError(f"a fork cannot change {key}: it inherits the parent's data and starting skill")
-    config = validate_config(merge_overrides(dict(state.config), overrides))
-    prompts = dict(state.prompts)
-    blobs: dict[str, str] = {}
-    inherited = dict(state.config.get("prompts", {}))
-    # overridden prompts, and prompts this skillstate has that the parent's version did not
-    changed = {k: v for k, v in config.prompts.items() if inherited.get(k) != v}
-    missing = [name for name in PROMPT_NAMES if name not in prompts and name not in changed]
-    if changed or missing:
-        texts = resolve_prompts(changed)
-        for name in [*changed, *missing]:
-            h = sha256_text(texts[name])
-            prompts[name], blobs[h] = h, texts[name]
-    spe = steps_per_epoch(state.dataset[config.train_split]["count"], config.batch_size, config.accumulation)
-    total = spe * config.num_epochs
-    if total < step:
-        raise ConfigError(f"the fork's schedule has {total} steps, fewer than the fork step {step}")
-    check_schedule(total)
-    run_id = run_id or new_run_id("fork")
-    if store.get_run(run_id) is not None:
-        raise UserError(f"run {run_id!r} already exists")
-    preflight(config, probe=probe)
-    event = RunForked(parent_run_id=parent_run_id, fork_step=step, parent_event_count=count,
-                      parent_event_hash=parent[count - 1].hash,
-                      overrides={k: redact(v) if isinstance(v, str) else v for k, v in overrides.items()},
-                      config=public_config(config), prompts=prompts, steps_per_epoch=spe, total_steps=total)
-    store.append(run_id, [event], last_seq=0, last_hash=parent[count - 1].hash, blobs_to_put=blobs,
-                 new_run={"parent_run_id": parent_run_id, "fork_step": step})
-    return run_id
-
-
-@dataclass
-class LoadedRun:
-    run_id: str
-    lineage: list[StoredEvent]
-    own: list[StoredEvent]
-    state: RunState
-
-    def state_at(self, step: int) -> RunState:
-        """The state after `step` (0 = after the baseline), folded from the log."""
-        return state_of(self.lineage[: step_boundary(self.lineage, step)])
-
-    @property
-    def log_position(self) -> tuple[int, str]:
-        last = self.own[-1] if self.own else None
-        return (last.seq, last.hash) if last else (0, GENESIS)
-
-
-def load_run(store: Store, run_id: str | None) -> LoadedRun:
-    """A run's lineage, checked (sequence, hash chain, signatures, readable
-    payloads) and folded. A damaged log raises CorruptLogError: nothing is
-    resumed, replayed or verified on top of it."""
-    row = store.require_run(run_id)
-    try:
-        lineage = lineage_events(store, row.run_id)
-    except CorruptLogError:
-        raise
-    except Exception as err:  # an unreadable RunForked
-        raise CorruptLogError(f"run {row.run_id}: the fork's first event cannot be read: {err}") from None
-    _, problem = check_chain(lineage, key=store.audit_key)
-    if problem:
-        raise CorruptLogError(f"{problem}; the log of run {row.run_id} is damaged and nothing was done")
-    own = [s for s in lineage if s.run_id == row.run_id]
-    try:
-        state = state_of(lineage)
-    except Exception as err:
-        raise CorruptLogError(f"run {row.run_id}: the log cannot be folded: {err}") from None
-    return LoadedRun(row.run_id, lineage, own, state)
 
 
 def with_runtime(stored: SkillConfig, runtime: SkillConfig) -> SkillConfig:

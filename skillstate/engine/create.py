@@ -1,0 +1,161 @@
+"""Creating runs: a new run from a config (validated, preflighted, its
+dataset and prompts snapshotted into the log), or a fork of a run's state
+after a step. A run row never exists without its first event."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from skillstate import __version__
+from skillstate.config import SkillConfig, merge_overrides, public_config, redact, validate_config
+from skillstate.engine.loading import lineage_events, new_run_id, roles_of, state_of, step_boundary
+from skillstate.envs import QAEnv, load_dataset_dir
+from skillstate.errors import ConfigError, DataError, UserError
+from skillstate.events import RunForked, RunStarted
+from skillstate.llm.base import FatalLLMError
+from skillstate.prompts import PROMPT_NAMES, resolve_prompts
+from skillstate.scheduler import steps_per_epoch
+from skillstate.store import GENESIS, Store
+from skillstate.util import canonical_json, hash_value, sha256_text
+
+
+def _dataset(config: SkillConfig) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
+    """The splits and the default skill of the run's environment."""
+    wanted = [config.train_split, config.val_split, config.test_split]
+    if config.data:
+        return load_dataset_dir(config.data, wanted), None
+    if config.backend != "sim":
+        raise DataError("backend openai needs a dataset: pass --data DIR (with train/val/test .jsonl)")
+    from skillstate.sim.world import bundled_skill, bundled_splits
+
+    generated = bundled_splits()
+    return {name: generated[default] for name, default in zip(wanted, ("train", "val", "test"))}, bundled_skill()
+
+
+def _initial_skill(config: SkillConfig, default: str | None) -> str:
+    if config.initial_skill:
+        try:
+            return Path(config.initial_skill).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"cannot read initial skill {config.initial_skill}: "
+                              f"{getattr(err, 'strerror', None) or err}") from None
+    return default if default is not None else QAEnv({}).default_skill()
+
+
+# More steps than this is a mistake, not a plan (SkillOpt's own runs have tens).
+MAX_TOTAL_STEPS = 100_000
+
+
+def check_schedule(total_steps: int) -> None:
+    if total_steps > MAX_TOTAL_STEPS:
+        raise ConfigError(f"the schedule has {total_steps:,} steps, more than the {MAX_TOTAL_STEPS:,} allowed; "
+                          "lower num_epochs or raise batch_size")
+
+
+def preflight(config: SkillConfig, roles: tuple[str, ...] = ("target", "optimizer"), *,
+              probe: bool = True) -> None:
+    """Fail on missing models or credentials before anything is written; with
+    `probe`, also ask each endpoint whether it answers and serves the model,
+    so a bad key, a closed port or an unknown model leaves no run behind."""
+    checked: set[tuple[Any, ...]] = set()
+    for role in roles:
+        model = config.model_for(role)
+        if config.backend != "openai":
+            continue
+        from skillstate.llm.openai_backend import OpenAIBackend
+
+        cfg = getattr(config, role)
+        backend = OpenAIBackend(cfg, role)
+        key = (cfg.base_url, cfg.api_key_env, cfg.azure, model)
+        if probe and key not in checked:
+            checked.add(key)
+            try:
+                backend.check(model)
+            except FatalLLMError as err:
+                raise UserError(f"{err}; no run was created") from None
+
+
+def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
+               eval_split: str | None = None) -> str:
+    """Validate everything, then write the run row and RunStarted atomically.
+
+    With `eval_split` the run is an evaluation run: it scores its initial
+    skill on that split and has no steps."""
+    run_id = run_id or new_run_id("eval" if eval_split else "run")
+    if store.get_run(run_id) is not None:
+        raise UserError(f"run {run_id!r} already exists")
+    preflight(config, roles_of("eval" if eval_split else "train"), probe=False)
+    splits, default_skill = _dataset(config)
+    if eval_split is not None and eval_split not in splits:
+        raise ConfigError(f"unknown split {eval_split!r} (this run's splits: {', '.join(splits)})")
+    skill = _initial_skill(config, default_skill)
+    prompts = resolve_prompts(config.prompts)
+    blobs: dict[str, str] = {}
+
+    def put(text: str) -> str:
+        h = sha256_text(text)
+        blobs[h] = text
+        return h
+
+    dataset = {name: {"hash": put(canonical_json(items)), "count": len(items)} for name, items in splits.items()}
+    spe = steps_per_epoch(len(splits[config.train_split]), config.batch_size, config.accumulation)
+    if not eval_split:
+        check_schedule(spe * config.num_epochs)
+    preflight(config, roles_of("eval" if eval_split else "train"))  # last: it may call the endpoints
+    event = RunStarted(
+        config=public_config(config), initial_skill=put(skill), dataset=dataset,
+        dataset_fingerprint=hash_value({k: v["hash"] for k, v in dataset.items()}),
+        prompts={name: put(text) for name, text in prompts.items()},
+        steps_per_epoch=0 if eval_split else spe, total_steps=0 if eval_split else spe * config.num_epochs,
+        package_version=__version__, kind="eval" if eval_split else "train", eval_split=eval_split,
+    )
+    store.append(run_id, [event], last_seq=0, last_hash=GENESIS, blobs_to_put=blobs, new_run={})
+    return run_id
+
+
+# Keys a fork may not change: they define what the inherited state means.
+FIXED_ON_FORK = ("env", "data", "train_split", "val_split", "test_split", "initial_skill")
+
+
+def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, Any],
+             run_id: str | None = None, *, probe: bool = True) -> str:
+    """A new run inheriting the parent's state after `step`, with overrides.
+    Without `probe` the endpoints are not asked (a fork created offline, to
+    be trained later)."""
+    parent = lineage_events(store, parent_run_id)
+    if parent and getattr(parent[0].event, "kind", "train") != "train":
+        raise UserError(f"run {parent_run_id!r} is an evaluation run; only training runs can be forked")
+    count = step_boundary(parent, step)
+    state = state_of(parent[:count])
+    for key in overrides:
+        if key.split(".")[0] in FIXED_ON_FORK:
+            raise ConfigError(f"a fork cannot change {key}: it inherits the parent's data and starting skill")
+    config = validate_config(merge_overrides(dict(state.config), overrides))
+    prompts = dict(state.prompts)
+    blobs: dict[str, str] = {}
+    inherited = dict(state.config.get("prompts", {}))
+    # overridden prompts, and prompts this skillstate has that the parent's version did not
+    changed = {k: v for k, v in config.prompts.items() if inherited.get(k) != v}
+    missing = [name for name in PROMPT_NAMES if name not in prompts and name not in changed]
+    if changed or missing:
+        texts = resolve_prompts(changed)
+        for name in [*changed, *missing]:
+            h = sha256_text(texts[name])
+            prompts[name], blobs[h] = h, texts[name]
+    spe = steps_per_epoch(state.dataset[config.train_split]["count"], config.batch_size, config.accumulation)
+    total = spe * config.num_epochs
+    if total < step:
+        raise ConfigError(f"the fork's schedule has {total} steps, fewer than the fork step {step}")
+    check_schedule(total)
+    run_id = run_id or new_run_id("fork")
+    if store.get_run(run_id) is not None:
+        raise UserError(f"run {run_id!r} already exists")
+    preflight(config, probe=probe)
+    event = RunForked(parent_run_id=parent_run_id, fork_step=step, parent_event_count=count,
+                      parent_event_hash=parent[count - 1].hash,
+                      overrides={k: redact(v) if isinstance(v, str) else v for k, v in overrides.items()},
+                      config=public_config(config), prompts=prompts, steps_per_epoch=spe, total_steps=total)
+    store.append(run_id, [event], last_seq=0, last_hash=parent[count - 1].hash, blobs_to_put=blobs,
+                 new_run={"parent_run_id": parent_run_id, "fork_step": step})
+    return run_id

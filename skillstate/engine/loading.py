@@ -1,0 +1,107 @@
+"""Reading a run back from its log: its lineage (a fork's inherited prefix,
+then its own events), checked and folded into state."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from dataclasses import dataclass
+
+from skillstate.chain import check_chain
+from skillstate.config import SkillConfig, validate_config
+from skillstate.errors import CorruptLogError, NotFoundError
+from skillstate.events import BaselineEvaluated, GateDecided, RunForked
+from skillstate.reducer import RunState, fold
+from skillstate.store import GENESIS, StoredEvent, Store
+
+
+def new_run_id(prefix: str = "run") -> str:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{prefix}-{stamp}-{secrets.token_hex(2)}"
+
+
+def lineage_events(store: Store, run_id: str) -> list[StoredEvent]:
+    """The events that make up a run: its fork parent's prefix, then its own."""
+    own = store.read_events(run_id)
+    run = store.get_run(run_id)
+    if run is None or run.parent_run_id is None or not own:
+        return own
+    first = own[0].event
+    if not isinstance(first, RunForked):
+        raise CorruptLogError(f"run {run_id!r} has a parent but does not start with RunForked")
+    return lineage_events(store, run.parent_run_id)[: first.parent_event_count] + own
+
+
+def lineage_run_ids(store: Store, run_id: str) -> list[str]:
+    ids = []
+    current: str | None = run_id
+    while current is not None:
+        ids.append(current)
+        row = store.get_run(current)
+        current = row.parent_run_id if row else None
+    return ids
+
+
+def step_boundary(stored: list[StoredEvent], step: int) -> int:
+    """Number of events up to the end of `step` (0 = the baseline)."""
+    for i, s in enumerate(stored):
+        if step == 0 and s.type == BaselineEvaluated.type:
+            return i + 1
+        if step > 0 and s.type == GateDecided.type and s.step == step:
+            return i + 1
+    last = max((s.step for s in stored if s.type == GateDecided.type), default=None)
+    if last is None and not any(s.type == BaselineEvaluated.type for s in stored):
+        raise NotFoundError(f"step {step} is beyond the end of the run (no baseline yet)")
+    raise NotFoundError(f"step {step} is beyond the end of the run (last completed step: {last or 0})")
+
+
+def state_of(stored: list[StoredEvent]) -> RunState:
+    return fold(s.event for s in stored)
+
+
+def config_of(state: RunState) -> SkillConfig:
+    return validate_config(dict(state.config))
+
+
+def roles_of(kind: str) -> tuple[str, ...]:
+    """The LLM roles a run of this kind calls: an evaluation run only has a target."""
+    return ("target",) if kind == "eval" else ("target", "optimizer")
+
+
+@dataclass
+class LoadedRun:
+    run_id: str
+    lineage: list[StoredEvent]
+    own: list[StoredEvent]
+    state: RunState
+
+    def state_at(self, step: int) -> RunState:
+        """The state after `step` (0 = after the baseline), folded from the log."""
+        return state_of(self.lineage[: step_boundary(self.lineage, step)])
+
+    @property
+    def log_position(self) -> tuple[int, str]:
+        last = self.own[-1] if self.own else None
+        return (last.seq, last.hash) if last else (0, GENESIS)
+
+
+def load_run(store: Store, run_id: str | None) -> LoadedRun:
+    """A run's lineage, checked (sequence, hash chain, signatures, readable
+    payloads) and folded. A damaged log raises CorruptLogError: nothing is
+    resumed, replayed or verified on top of it."""
+    row = store.require_run(run_id)
+    try:
+        lineage = lineage_events(store, row.run_id)
+    except CorruptLogError:
+        raise
+    except Exception as err:  # an unreadable RunForked
+        raise CorruptLogError(f"run {row.run_id}: the fork's first event cannot be read: {err}") from None
+    _, problem = check_chain(lineage, key=store.audit_key)
+    if problem:
+        raise CorruptLogError(f"{problem}; the log of run {row.run_id} is damaged and nothing was done")
+    own = [s for s in lineage if s.run_id == row.run_id]
+    try:
+        state = state_of(lineage)
+    except Exception as err:
+        raise CorruptLogError(f"run {row.run_id}: the log cannot be folded: {err}") from None
+    return LoadedRun(row.run_id, lineage, own, state)
