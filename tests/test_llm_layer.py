@@ -77,7 +77,7 @@ def test_the_breaker_trips_on_n_failures_in_a_row_and_a_success_or_a_served_call
     health.begin_stage("rollout")
     health.record("target", "HTTP 500")
     health.record("target", "HTTP 500")
-    health.served()
+    health.served("target")
     health.record("target", "HTTP 500")
     health.record("target", None)
     health.record("target", "HTTP 500")
@@ -89,17 +89,36 @@ def test_the_breaker_trips_on_n_failures_in_a_row_and_a_success_or_a_served_call
 
 
 @given(st.lists(st.booleans(), max_size=40), st.sampled_from([0.25, 0.5, 0.75]))
-def test_the_stage_rule_trips_exactly_when_more_than_the_share_failed(outcomes, share):
+def test_the_share_rules_trip_exactly_when_more_than_the_share_failed(outcomes, share):
     health = CallHealth(max_consecutive=0, max_share=share)
     health.begin_stage("gate")
     for failed in outcomes:
         health.record("target", "boom" if failed else None)
     failed = sum(outcomes)
-    should_trip = len(outcomes) >= 4 and failed > share * len(outcomes)
-    if should_trip:
+    stage_rule = len(outcomes) >= 4 and failed > share * len(outcomes)
+    role_rule = failed >= 2 and failed > share * len(outcomes)
+    if stage_rule:
         with pytest.raises(CircuitOpen, match=f"{failed} of the {len(outcomes)} LLM calls of stage gate failed"):
             health.end_stage()
+    elif role_rule:
+        with pytest.raises(CircuitOpen, match=f"{failed} of the {len(outcomes)} target calls so far failed"):
+            health.end_stage()
     else:
+        health.end_stage()
+
+
+def test_a_role_that_only_ever_fails_trips_the_breaker_across_stages():
+    health = CallHealth(max_consecutive=16, max_share=0.5)
+    health.begin_stage("rollout")
+    for _ in range(12):
+        health.record("target", None)
+    health.end_stage()
+    health.begin_stage("reflect")
+    health.record("optimizer", "HTTP 500 after 5 attempts: boom")
+    health.end_stage()  # one failure is not yet a pattern
+    health.begin_stage("aggregate")
+    health.record("optimizer", "HTTP 500 after 5 attempts: boom")
+    with pytest.raises(CircuitOpen, match="2 of the 2 optimizer calls so far failed, by the end of stage aggregate"):
         health.end_stage()
 
 

@@ -1,17 +1,22 @@
-"""The circuit breaker: counts the calls a run sends and stops it when too
+"""The circuit breaker: counts the calls a run makes and stops it when too
 many fail, so a dead or misbehaving endpoint never yields a run that merely
 looks finished.
 
-Two rules, both config keys (runtime keys: a resume may change them):
-- `max_consecutive_failures` failed calls in a row (a call served from the
-  call table breaks the row) stop the run at once;
-- more than `max_stage_failure_share` of a stage's calls (sent or served
-  from the call table) failing stops
-  the run at the end of that stage, before its events are appended, so a
-  resume redoes the stage: the calls that succeeded are served from the call
-  table and only the failed ones are sent again.
-A fatal error (`FatalLLMError`) opens the breaker too, so no other thread
-sends anything once one call has hit it.
+Three rules; the numbers are config keys (runtime keys: a resume may change
+them):
+- `max_consecutive_failures` failed calls in a row within a stage (a call
+  served from the call table, or one that succeeds, breaks the row) stop the
+  run at once, without waiting for the rest of the stage;
+- at the end of a stage, more than `max_stage_failure_share` of the stage's
+  calls (sent or served) failed, once it sent at least 4;
+- at the end of a stage, more than that share of one role's calls failed
+  since this driver started, once at least 2 of them failed: so an endpoint
+  that only ever fails is caught at its first stage even when each stage
+  sends it just one or two calls (an optimizer behind a dead server).
+A stopped stage is not appended, so a resume redoes it: the calls that
+succeeded are served from the call table and only the failed ones are sent
+again. A fatal error (`FatalLLMError`) opens the breaker too, so no other
+thread sends anything once one call has hit it.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from collections import Counter
 
 from skillstate.llm.base import CircuitOpen
 
-# A stage's failure share is judged only from this many sent calls on.
+# A stage's failure share is judged only from this many sent calls on,
+# a role's only from this many failures on.
 MIN_STAGE_CALLS = 4
+MIN_ROLE_FAILURES = 2
 
 
 class CallHealth:
@@ -33,8 +40,10 @@ class CallHealth:
         self.consecutive = 0
         self.stage = ""
         self.sent = 0
-        self.calls = 0  # sent and served
-        self.errors: Counter[str] = Counter()
+        self.calls = 0  # of the stage: sent and served
+        self.errors: Counter[str] = Counter()  # of the stage: "role: error" -> count
+        self.role_calls: Counter[str] = Counter()  # since this driver started: sent and served
+        self.role_failed: Counter[str] = Counter()
         self.stopped: BaseException | None = None
 
     def begin_stage(self, name: str) -> None:
@@ -52,10 +61,11 @@ class CallHealth:
             if self.stopped is None:
                 self.stopped = err
 
-    def served(self) -> None:
-        """Count one call answered from the call table: a call of the stage that did not fail."""
+    def served(self, role: str) -> None:
+        """Count one call answered from the call table: a call that did not fail."""
         with self._lock:
             self.calls += 1
+            self.role_calls[role] += 1
             self.consecutive = 0
 
     def record(self, role: str, error: str | None) -> None:
@@ -63,10 +73,12 @@ class CallHealth:
         with self._lock:
             self.sent += 1
             self.calls += 1
+            self.role_calls[role] += 1
             if error is None:
                 self.consecutive = 0
                 return
             self.consecutive += 1
+            self.role_failed[role] += 1
             self.errors[f"{role}: {error}"] += 1
             if self.max_consecutive and self.consecutive >= self.max_consecutive and self.stopped is None:
                 self.stopped = CircuitOpen(
@@ -75,10 +87,15 @@ class CallHealth:
         self.check()
 
     def end_stage(self) -> None:
-        """Raise CircuitOpen when too many of the stage's calls failed."""
-        failed = sum(self.errors.values())
-        if self.max_share >= 1.0 or self.sent < MIN_STAGE_CALLS or failed <= self.max_share * self.calls:
+        """Raise CircuitOpen when too many of the stage's, or of one role's, calls failed."""
+        if self.max_share >= 1.0 or not self.errors:
             return
         common, count = self.errors.most_common(1)[0]
-        raise CircuitOpen(f"{failed} of the {self.calls} LLM calls of stage {self.stage} failed (more than "
-                          f"max_stage_failure_share={self.max_share:g}); most common ({count}x): {common}")
+        rule = f"more than max_stage_failure_share={self.max_share:g}; most common ({count}x): {common}"
+        failed = sum(self.errors.values())
+        if self.sent >= MIN_STAGE_CALLS and failed > self.max_share * self.calls:
+            raise CircuitOpen(f"{failed} of the {self.calls} LLM calls of stage {self.stage} failed ({rule})")
+        for role, n in self.role_failed.items():
+            if n >= MIN_ROLE_FAILURES and n > self.max_share * self.role_calls[role]:
+                raise CircuitOpen(f"{n} of the {self.role_calls[role]} {role} calls so far failed, by the end of "
+                                  f"stage {self.stage} ({rule})")

@@ -30,6 +30,11 @@ DEFAULT_AZURE_API_VERSION = "2024-10-21"
 FATAL_STATUS = {400, 401, 403, 404, 422}
 
 
+def retried(status: int) -> bool:
+    """Whether the openai client retries this status (408, 409, 429, 5xx)."""
+    return status in (408, 409, 429) or status >= 500
+
+
 class OpenAIBackend:
     name = "openai"
 
@@ -87,8 +92,10 @@ class OpenAIBackend:
             if err.status_code in (401, 403):
                 raise self._status_error(err, model) from None
             listed = []  # no models list on this server: probe instead
+        except openai.APITimeoutError:
+            raise self._fatal(f"did not answer its models list in time ({self._timeout_message(1)})") from None
         except openai.APIConnectionError as err:
-            raise FatalLLMError(self._connection_message(err, preflight=True)) from None
+            raise FatalLLMError(self._connection_message(err, tries=1, preflight=True)) from None
         if model in listed:
             return
         probe = ChatRequest.build(self.name, model, [{"role": "user", "content": "ping"}], None, 1)
@@ -109,15 +116,19 @@ class OpenAIBackend:
             hint = {401: " (check the API key)", 403: " (check the API key's permissions)",
                     404: f" (check {self.role}.base_url and the model name {model!r})"}.get(status, "")
             return self._fatal(f"answered HTTP {status}: {message}{hint}")
-        tries = self.cfg.max_retries + 1
-        return CallFailed(f"HTTP {status} after {tries} attempt{'s' * (tries > 1)}: {message}")
+        retry_after = _retry_after(err)
+        if not retried(status):
+            return CallFailed(f"HTTP {status} (not retried): {message}")
+        if retry_after is not None and retry_after > openai_retry_after_cap():
+            return CallFailed(f"HTTP {status} (not retried: Retry-After {retry_after:g} s): {message}")
+        return CallFailed(f"HTTP {status} after {_attempts(self.cfg.max_retries + 1)}: {message}")
 
-    def _timeout_message(self) -> str:
-        tries = self.cfg.max_retries + 1
-        return (f"timed out after {self.cfg.timeout:g} s ({tries} attempt{'s' * (tries > 1)}); "
+    def _timeout_message(self, tries: int | None = None) -> str:
+        return (f"timed out after {self.cfg.timeout:g} s ({_attempts(tries or self.cfg.max_retries + 1)}); "
                 f"a slow server needs a larger {self.role}.timeout")
 
-    def _connection_message(self, err: openai.APIConnectionError, preflight: bool = False) -> str:
+    def _connection_message(self, err: openai.APIConnectionError, tries: int | None = None,
+                            preflight: bool = False) -> str:
         cause = err.__cause__ or err.__context__
         name = type(cause).__name__ if cause is not None else ""
         detail = redact(first_line(cause)) if cause is not None else ""
@@ -127,8 +138,25 @@ class OpenAIBackend:
             what = f"the {self.role} endpoint {self.endpoint} dropped the connection"
         else:
             what = "the server closed the connection without a reply"
-        tries = self.cfg.max_retries + 1
-        return f"{what} ({detail or name or 'connection error'}; {tries} attempt{'s' * (tries > 1)})"
+        return f"{what} ({detail or name or 'connection error'}; {_attempts(tries or self.cfg.max_retries + 1)})"
+
+
+def _attempts(n: int) -> str:
+    return f"{n} attempt{'s' * (n != 1)}"
+
+
+def _retry_after(err: openai.APIStatusError) -> float | None:
+    try:
+        return float(err.response.headers.get("retry-after", ""))
+    except (ValueError, AttributeError):
+        return None
+
+
+def openai_retry_after_cap() -> float:
+    """The longest Retry-After the openai client still waits for (it gives up on longer ones)."""
+    from openai import _constants
+
+    return float(getattr(_constants, "MAX_RETRY_AFTER_DELAY", 60))
 
 
 def first_line(value: object) -> str:

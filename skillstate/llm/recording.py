@@ -41,7 +41,7 @@ class RecordingClient:
         row = self.store.find_call(h, run_ids=self.run_ids)
         if row is not None:
             self.served += 1
-            self.health.served()
+            self.health.served(self.role)
             resp = ChatResponse.from_dict(row.response or {})
             return CallResult(self._ref(h, resp), text=resp.text, cached=True)
         self.health.check()

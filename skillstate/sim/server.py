@@ -21,6 +21,10 @@ from skillstate.sim.backend import SimBackend, _tokens
 from skillstate.sim.world import SimWorld
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # the listen backlog: more than any client's concurrency, so no connect is dropped
+
+
 @dataclass(frozen=True)
 class Fault:
     """How to answer one request instead of the sim's reply: a status and a
@@ -51,7 +55,7 @@ class SimServer:
         self.requests = 0
         self.auth_headers: list[str] = []
         self._lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer((host, port), self._handler())
+        self.httpd = _Server((host, port), self._handler())
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
