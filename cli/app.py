@@ -15,7 +15,7 @@ from skillstate.config import parse_assignment, redact
 from skillstate.errors import (
     BudgetStop, ConcurrencyError, CorruptLogError, LLMStop, RunBusyError, RunStopped, SkillstateError, UserError,
 )
-from skillstate.store import DEFAULT_DB
+from skillstate.store import DEFAULT_DB, make_engine
 from skillstate.util import parse_step
 
 
@@ -82,9 +82,21 @@ def _remember_db(ctx: click.Context, _param: click.Parameter, value: str) -> str
     return value
 
 
+def _existing_db(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    make_engine(value, create=False).dispose()  # a bad URL or a missing file: one line, nothing created
+    return _remember_db(ctx, param, value)
+
+
 def db_option(fn):
+    """--db of a command that may create the database."""
     return click.option("--db", "db", envvar="SKILLSTATE_DB", default=DEFAULT_DB, show_default=True,
                         metavar="URL", callback=_remember_db, help="Database URL (also $SKILLSTATE_DB).")(fn)
+
+
+def existing_db_option(fn):
+    """--db of a command that only reads: a database that does not exist is refused, never created."""
+    return click.option("--db", "db", envvar="SKILLSTATE_DB", default=DEFAULT_DB, show_default=True,
+                        metavar="URL", callback=_existing_db, help="Database URL (also $SKILLSTATE_DB).")(fn)
 
 
 def set_option(fn):

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
 
-from skillstate.config import build_config
+from skillstate.errors import UserError
 from skillstate.store import open_store
+from skillstate.util import check_run_id
 
 from skillstate.cli.app import cli, db_option, echo_json, parse_sets, set_option
 from skillstate.cli.render import printer, summary_text
+from skillstate.cli.train import config_with_backend
 
 
 @cli.command("eval")
@@ -46,10 +49,25 @@ def evaluate(skill_file, split, data, backend, model, base_url, config_file, ass
     flags = {"data": data, "backend": backend, "target.model": model, "target.base_url": base_url}
     overrides.update({k: v for k, v in flags.items() if v is not None})
     overrides.update(parse_sets(assignments))
-    config = build_config(config_file, overrides)
+    if run_id is not None:
+        check_run_id(run_id)
+    config = config_with_backend(config_file, overrides, roles=("target",))
+    _require_text(config.initial_skill)
     store = open_store(db)
     result = evaluate_skill(config, split, store=store, run_id=run_id, on_progress=printer(quiet or as_json))
     if as_json:
         echo_json(result.summary)
     else:
         click.echo(summary_text(result.summary))
+
+
+def _require_text(skill_file: str | None) -> None:
+    """An empty skill file is a mistake (a failed export, a wrong path), not a skill to score."""
+    if not skill_file:
+        return
+    try:
+        text = Path(skill_file).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return  # the library names the problem
+    if not text.strip():
+        raise UserError(f"skill file {skill_file} is empty; nothing to evaluate")

@@ -6,7 +6,8 @@ import click
 
 from skillstate.store import open_store
 
-from skillstate.cli.app import cli, db_option, echo_json
+from skillstate.cli.app import cli, echo_json
+from skillstate.cli.app import existing_db_option as db_option
 
 
 @cli.command()
@@ -26,7 +27,7 @@ def head(run_id, as_json, db) -> None:
     """
     from skillstate.audit import head as run_head
 
-    h = run_head(open_store(db), run_id)
+    h = run_head(open_store(db, create=False), run_id)
     if as_json:
         echo_json({"run_id": h.run_id, "seq": h.seq, "hash": h.hash})
     else:

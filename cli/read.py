@@ -10,10 +10,19 @@ import click
 
 from skillstate.errors import UserError
 from skillstate.store import open_store
-from skillstate.util import parse_step
+from skillstate.util import is_step, parse_step
 
-from skillstate.cli.app import cli, db_option, echo_json, step_arg
+from skillstate.cli.app import cli, echo_json, step_arg
+from skillstate.cli.app import existing_db_option as db_option
 from skillstate.cli.render import event_summary, fmt, run_rows, summary_text
+
+
+def positional(args: tuple[str, ...]) -> tuple[str, ...]:
+    """Arguments of a command that lets `-1` through as a (bad) step: refuse real unknown options."""
+    for arg in args:
+        if arg.startswith("-") and not arg[1:].isdigit():
+            raise UserError(f"no such option: {arg} (see --help)")
+    return args
 
 
 @cli.command()
@@ -26,7 +35,7 @@ def runs(as_json, db) -> None:
     Example:
         skillstate runs --json
     """
-    store = open_store(db)
+    store = open_store(db, create=False)
     rows = run_rows(store, store.list_runs())
     if as_json:
         echo_json(rows)
@@ -58,7 +67,7 @@ def log(run_id, step, lineage, as_json, db) -> None:
     """
     from skillstate.engine.runner import load_run
 
-    store = open_store(db)
+    store = open_store(db, create=False)
     loaded = load_run(store, run_id)
     wanted = step_arg(step)
     source = loaded.lineage if lineage else loaded.own
@@ -95,7 +104,7 @@ def show(run_id, step, as_json, db) -> None:
     from skillstate.history import run_summary
     from skillstate.cli.steps import step_detail
 
-    store = open_store(db)
+    store = open_store(db, create=False)
     loaded = load_run(store, run_id)
     if step is None:
         summary = run_summary(store, loaded)
@@ -135,9 +144,9 @@ def replay(run_id, to_step, verify, as_json, db) -> None:
         skillstate replay my-run --to-step step_0 --json
         skillstate replay --verify
     """
-    store = open_store(db)
     if verify == (to_step is not None):
         raise UserError("replay needs exactly one of --to-step N or --verify")
+    store = open_store(db, create=False)
     if verify:
         from skillstate.audit import verify as run_verify
 
@@ -190,13 +199,16 @@ def why(args, as_json, db) -> None:
     if len(args) > 2:
         raise UserError('why takes [RUN] TEXT (quote the text: skillstate why "some words")')
     run_id, text = (None, args[0]) if len(args) == 1 else args
-    info = explain(open_store(db), run_id, text)
+    info = explain(open_store(db, create=False), run_id, text)
+    missing = f"{info['text']!r} is not in the best skill of run {info['run_id']} (nor in any skill it had)"
     if as_json:
         echo_json(info)
-        return
-    from skillstate.cli.render import why_text
+    elif info["found"]:
+        from skillstate.cli.render import why_text
 
-    click.echo(why_text(info))
+        click.echo(why_text(info))
+    if not info["found"]:
+        raise click.ClickException(missing)  # exit 1, like grep: the text is not there
 
 
 @cli.command()
@@ -221,7 +233,7 @@ def audit(run_id, expect_head, as_json, db) -> None:
     """
     from skillstate.audit import audit as run_audit
 
-    report = run_audit(open_store(db), run_id, expect_head=expect_head)
+    report = run_audit(open_store(db, create=False), run_id, expect_head=expect_head)
     checks = "hash chain and invariants" + (", signatures" if report.keyed else "") + (
         ", recorded head" if report.head_checked else "")
     if as_json:
@@ -249,7 +261,8 @@ def export(run_id, step, best, output, db) -> None:
     """
     from skillstate.history import skill_at
 
-    _, text = skill_at(open_store(db), run_id, step_arg(step), best=best)
+    store = open_store(db, create=False)
+    _, text = skill_at(store, run_id, step_arg(step), best=best)
     if output:
         try:
             Path(output).write_text(text, encoding="utf-8")
@@ -259,7 +272,7 @@ def export(run_id, step, best, output, db) -> None:
         click.echo(text, nl=not text.endswith("\n"))
 
 
-@cli.command()
+@cli.command(context_settings={"ignore_unknown_options": True})
 @click.argument("args", nargs=-1, required=True, metavar="[RUN] STEP_A STEP_B")
 @db_option
 def diff(args, db) -> None:
@@ -271,8 +284,13 @@ def diff(args, db) -> None:
     """
     from skillstate.history import skill_diff
 
-    if len(args) not in (2, 3):
+    if len(positional(args)) not in (2, 3):
         raise UserError("diff takes [RUN] STEP_A STEP_B")
+    if len(args) == 2 and not is_step(args[0]) and is_step(args[1]):
+        raise UserError(f"diff needs two steps: got run {args[0]!r} and one step {args[1]!r}; "
+                        f"e.g. skillstate diff {args[0]} 0 {args[1]}")
     run_id, a, b = (None, *args) if len(args) == 2 else args
-    _, text = skill_diff(open_store(db), run_id, parse_step(a), parse_step(b))
+    steps = parse_step(a), parse_step(b)
+    store = open_store(db, create=False)
+    _, text = skill_diff(store, run_id, *steps)
     click.echo(text or "(no difference)", nl=not text.endswith("\n"))

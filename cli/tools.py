@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import click
+from sqlalchemy.engine import Engine
 
 from skillstate.errors import UserError
 
@@ -26,8 +30,14 @@ def sim_server(port, data) -> None:
     from skillstate.sim.server import SimServer
     from skillstate.sim.world import SimWorld, bundled_splits
 
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port must be 0 to 65535 (0 picks a free port), got {port}")
     splits = load_dataset_dir(data, ["train", "val", "test"]) if data else bundled_splits()
-    server = SimServer(SimWorld([i for items in splits.values() for i in items]), port=port)
+    try:
+        server = SimServer(SimWorld([i for items in splits.values() for i in items]), port=port)
+    except OSError as err:  # the port is taken, or not ours to bind
+        raise UserError(f"cannot serve on 127.0.0.1:{port}: {err.strerror or err}"
+                        + (" (pick another --port)" if port else "")) from None
     click.echo(f"serving the sim world at {server.base_url} (Ctrl-C to stop)")
     try:
         server.httpd.serve_forever()
@@ -51,25 +61,58 @@ def db_upgrade(db) -> None:
     Example:
         skillstate db upgrade --db postgresql+psycopg://localhost/skills
     """
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from skillstate.config import redact
     from skillstate.migrate import current_revision, ensure_schema, head_revision
-    from skillstate.store import make_engine
 
-    engine = make_engine(db)
-    shown = make_url(db).render_as_string(hide_password=True)
-    try:
+    with _engine(db, create=True) as engine:
         before = current_revision(engine)
-        ensure_schema(engine)
-    except SQLAlchemyError as err:  # cannot connect, cannot create: the user's URL or server
-        reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
-        raise UserError(f"cannot upgrade {shown}: {redact(reason)}") from None
-    finally:
-        engine.dispose()
+        ensure_schema(engine)  # refuses someone else's database and a damaged schema, naming the damage
     head = head_revision()
+    shown = engine.url.render_as_string(hide_password=True)
     if before == head:
         click.echo(f"{shown} is at the latest revision {head}")
     else:
         click.echo(f"{shown} upgraded from {before or 'empty'} to {head}")
+
+
+@db.command("check")
+@db_option
+def db_check(db) -> None:
+    """Check the schema without changing anything: exit 0 if it is fine, 2
+    with one line naming the problem (someone else's database, a missing
+    table or column, no version table, a file that is not a database).
+
+    \b
+    Example:
+        skillstate db check --db sqlite:///skillstate.db
+    """
+    from skillstate.migrate import SchemaError, file_problem, head_revision, inspect_schema
+
+    with _engine(db, create=False) as engine:
+        report = inspect_schema(engine)
+        damage = report.problem or file_problem(engine)
+    if damage:
+        raise SchemaError(damage)
+    if report.state == "empty":
+        raise SchemaError(f"{report.url} is an empty database: it has no skillstate schema "
+                          "(`skillstate db upgrade` creates it)")
+    head = head_revision()
+    later = "" if report.revision == head else f"; revision {head} is newer: `skillstate db upgrade` upgrades it"
+    click.echo(f"{report.url}: the skillstate schema is fine (revision {report.revision}{later})")
+
+
+@contextmanager
+def _engine(url: str, *, create: bool) -> Iterator[Engine]:
+    """An engine on `url` whose database errors (cannot connect, cannot create) are one line."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from skillstate.migrate import DatabaseProblem, db_reason
+    from skillstate.store import make_engine
+
+    engine = make_engine(url, create=create)
+    try:
+        yield engine
+    except SQLAlchemyError as err:  # the user's URL, server or file
+        shown = engine.url.render_as_string(hide_password=True)
+        raise DatabaseProblem(f"cannot use database {shown}: {db_reason(err)}") from None
+    finally:
+        engine.dispose()

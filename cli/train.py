@@ -6,14 +6,15 @@ from typing import Any
 
 import click
 
-from skillstate.config import build_config
+from skillstate.config import SIM_MODELS, SkillConfig, build_config, load_config_file
 from skillstate.errors import UserError
 from skillstate.store import open_store
-from skillstate.util import parse_step
+from skillstate.util import check_run_id, parse_step
 
 from skillstate.cli.app import (
     EXIT_INTERRUPTED, Stopped, budget_option, cli, db_option, echo_json, parse_sets, resume_hint, set_option,
 )
+from skillstate.cli.read import positional
 from skillstate.cli.render import printer, summary_text
 
 
@@ -71,16 +72,49 @@ def run(config_file, backend, data, model, optimizer_model, target_model, base_u
         overrides["target.model"] = target_model
     overrides.update(parse_sets(assignments))
 
-    store = open_store(db)
-    existing = run_id is not None and store.get_run(run_id) is not None
-    base = dict(load_run(store, run_id).state.config) if existing else None
-    config = build_config(config_file, overrides, base=base)
+    if run_id is not None:
+        check_run_id(run_id)  # (a run made before ids were checked resumes with `skillstate resume ID`)
+    store = open_store(db) if run_id is not None else None  # else: after the config is known to be valid
+    existing = store is not None and store.get_run(run_id) is not None
+    state = load_run(store, run_id).state if existing else None
+    if state is not None and state.kind == "eval":
+        raise UserError(f"run {run_id!r} is an evaluation run (skillstate eval), not a training run; "
+                        "pick another --run-id")
+    base = dict(state.config) if state is not None else None
+    config = config_with_backend(config_file, overrides, base=base, run_id=run_id)
+    store = store or open_store(db)
     trainer = Trainer(config, store=store, run_id=run_id, on_progress=printer(quiet or as_json))
     rid = trainer.prepare()
     if not (quiet or as_json):
         verb = "resuming" if existing else "started"
         click.echo(f"{verb} run {rid} in {store.display_url}")
     train_and_report(trainer, as_json)
+
+
+# The model names the sim backend answers to (skillstate.sim.server.SIM_MODEL_IDS and the defaults).
+SIM_NAMES = frozenset({"sim", "sim-model", *SIM_MODELS.values()})
+
+
+def config_with_backend(config_file: str | None, overrides: dict[str, Any], *, base: dict[str, Any] | None = None,
+                        run_id: str | None = None, roles: tuple[str, ...] = ("target", "optimizer"),
+                        hint: str = "--backend openai") -> SkillConfig:
+    """The config, never running the simulator under a real model's name: a
+    model other than the sim names, or a base URL, with no backend chosen (by
+    flag, --set, the config file or the run being resumed) means backend
+    openai; with backend sim chosen, it is refused."""
+    config = build_config(config_file, overrides, base=base)
+    models = dict.fromkeys(getattr(config, role).model for role in roles)
+    urls = dict.fromkeys(getattr(config, role).base_url for role in roles)
+    real = [f"model {m!r}" for m in models if m and m not in SIM_NAMES] + [f"base URL {u}" for u in urls if u]
+    if config.backend != "sim" or not real:
+        return config
+    chosen = "backend" in overrides or base is not None or bool(
+        config_file and "backend" in load_config_file(config_file))
+    if not chosen:
+        return build_config(config_file, {**overrides, "backend": "openai"}, base=base)
+    who = f"run {run_id!r} uses backend sim" if base is not None else "backend sim was chosen"
+    raise UserError(f"{who}: the offline simulator cannot call {' or '.join(real[:2])}; "
+                    f"use {hint} for a real model")
 
 
 def train_and_report(trainer, as_json: bool = False) -> None:
@@ -101,9 +135,10 @@ def train_and_report(trainer, as_json: bool = False) -> None:
 @click.argument("run_id", required=False)
 @budget_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the summary.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @db_option
-def resume(run_id, max_cost_usd, quiet, db) -> None:
-    """Continue a run where its log ends (default: the latest run).
+def resume(run_id, max_cost_usd, quiet, as_json, db) -> None:
+    """Continue a run where its log ends (default: the latest training run).
 
     \b
     Examples:
@@ -113,15 +148,15 @@ def resume(run_id, max_cost_usd, quiet, db) -> None:
     from skillstate.engine.runner import load_run
     from skillstate.trainer import Trainer
 
-    store = open_store(db)
+    store = open_store(db, create=False, write=True)
     row = store.require_run(run_id)
     config = None
     if max_cost_usd is not None:
         config = build_config(None, {"max_cost_usd": max_cost_usd}, base=dict(load_run(store, row.run_id).state.config))
-    train_and_report(Trainer(config, store=store, run_id=row.run_id, on_progress=printer(quiet)))
+    train_and_report(Trainer(config, store=store, run_id=row.run_id, on_progress=printer(quiet or as_json)), as_json)
 
 
-@cli.command()
+@cli.command(context_settings={"ignore_unknown_options": True})  # so that `fork demo -1` is a bad step
 @click.argument("args", nargs=-1, required=True, metavar="[RUN] STEP")
 @click.option("--lr", type=click.Choice(["constant", "linear", "cosine"]), help="New lr_scheduler.")
 @click.option("--edit-budget", type=int, help="New edit_budget.")
@@ -131,8 +166,9 @@ def resume(run_id, max_cost_usd, quiet, db) -> None:
 @click.option("--run-id", "new_run_id", help="Id of the new run.")
 @click.option("--no-run", is_flag=True, help="Create the fork but do not train it yet.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the summary.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary (with the new run_id) as JSON.")
 @db_option
-def fork(args, lr, edit_budget, epochs, assignments, max_cost_usd, new_run_id, no_run, quiet, db) -> None:
+def fork(args, lr, edit_budget, epochs, assignments, max_cost_usd, new_run_id, no_run, quiet, as_json, db) -> None:
     """Start a new run from a run's state after STEP, with other settings.
 
     The fork records its parent and fork step and does not copy the
@@ -148,16 +184,30 @@ def fork(args, lr, edit_budget, epochs, assignments, max_cost_usd, new_run_id, n
     from skillstate.engine.runner import fork_run
     from skillstate.trainer import Trainer
 
-    if len(args) > 2:
+    if len(positional(args)) > 2:
         raise UserError("fork takes [RUN] STEP")
     run_id, step = (None, args[0]) if len(args) == 1 else args
+    step = parse_step(step)
+    if new_run_id is not None:
+        check_run_id(new_run_id)
     flags = {"lr_scheduler": lr, "edit_budget": edit_budget, "num_epochs": epochs, "max_cost_usd": max_cost_usd}
     overrides = {k: v for k, v in flags.items() if v is not None}
     overrides.update(parse_sets(assignments))
-    store = open_store(db)
+    store = open_store(db, create=False, write=True)
     parent = store.require_run(run_id).run_id
-    child = fork_run(store, parent, parse_step(step), overrides, new_run_id, probe=not no_run)
-    click.echo(f"forked {child} from {parent} at step {parse_step(step)}")
+    if any(key.split(".")[-1] in ("model", "base_url") for key in overrides):  # the parent's backend stays
+        from skillstate.engine.runner import load_run
+
+        config_with_backend(None, overrides, base=dict(load_run(store, parent).state.config), run_id=parent,
+                            hint="--set backend=openai")
+    child = fork_run(store, parent, step, overrides, new_run_id, probe=not no_run)
+    if not as_json:
+        click.echo(f"forked {child} from {parent} at step {step}")
     if no_run:
+        if as_json:
+            from skillstate.engine.runner import load_run
+            from skillstate.history import run_summary
+
+            echo_json(run_summary(store, load_run(store, child)))
         return
-    train_and_report(Trainer(store=store, run_id=child, on_progress=printer(quiet)))
+    train_and_report(Trainer(store=store, run_id=child, on_progress=printer(quiet or as_json)), as_json)

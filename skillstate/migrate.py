@@ -2,21 +2,36 @@
 
 The migration scripts ship inside the package (`skillstate.migrations`), so
 `pip install skillstate` can create and upgrade a database without a checkout
-or an alembic.ini.
+or an alembic.ini. Before anything is created or upgraded, the database is
+inspected (`inspect_schema`): someone else's database, a skillstate schema
+without its version table and a schema missing tables or columns are refused
+with one line naming the problem, and nothing is written.
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import SQLAlchemyError
 
-from skillstate.errors import UserError
+from skillstate.errors import NotFoundError, UserError
+
+
+class SchemaError(UserError):
+    """The database is not a usable skillstate database: someone else's, damaged or unversioned."""
+
+
+class DatabaseProblem(UserError):
+    """The database cannot be used: missing, not a database, malformed, read-only."""
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -37,23 +52,143 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
+# What each migration after the first adds (tables, or table.column): a schema at an older
+# revision is checked without them. Add a line here with every new migration.
+ADDED_BY = {"0002": ("run_leases", "events.mac")}
+VERSION_TABLE = "alembic_version"
+
+
+@dataclass(frozen=True)
+class SchemaReport:
+    """What `inspect_schema` found. `state` is one of: empty, ok, outdated
+    (an older revision, upgraded on open), foreign (someone else's tables),
+    unversioned (skillstate tables without alembic_version), damaged (tables
+    or columns missing), newer (a revision this skillstate does not know)."""
+
+    url: str
+    state: str
+    revision: str | None = None
+    tables: tuple[str, ...] = field(default=())
+    problem: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def _expected(revision: str, script: ScriptDirectory) -> tuple[set[str], set[str]]:
+    """The tables and table.column names the schema has at `revision`."""
+    from skillstate.store import metadata
+
+    later = {r.revision for r in script.iterate_revisions(script.get_current_head(), revision)} - {revision}
+    skip = {name for rev in later for name in ADDED_BY.get(rev, ())}
+    tables = {t for t in metadata.tables if t not in skip}
+    columns = {f"{t}.{c.name}" for t in tables for c in metadata.tables[t].columns} - skip
+    return tables, columns
+
+
+def inspect_schema(engine: Engine) -> SchemaReport:
+    """Compare the database's tables and columns with skillstate's
+    (`skillstate.store.metadata` at the recorded revision), reading only."""
+    from skillstate.store import metadata
+
+    shown = engine.url.render_as_string(hide_password=True)
+    with engine.connect() as conn:
+        insp = inspect(conn)
+        tables = set(insp.get_table_names())
+        ours = tables & set(metadata.tables)
+        listed = tuple(sorted(tables))
+        if not tables:
+            return SchemaReport(shown, "empty")
+        if VERSION_TABLE not in tables:
+            if not ours:
+                return SchemaReport(shown, "foreign", tables=listed, problem=_foreign(shown, listed))
+            return SchemaReport(shown, "unversioned", tables=listed, problem=(
+                f"the skillstate schema in {shown} is damaged: it has skillstate tables ({', '.join(sorted(ours))}) "
+                f"but no {VERSION_TABLE} table, so its revision is unknown; restore it from a backup or "
+                "use another --db"))
+        revision = MigrationContext.configure(conn).get_current_revision()
+        script = ScriptDirectory.from_config(alembic_config())
+        if revision is not None and not _known(script, revision):
+            if not ours:
+                return SchemaReport(shown, "foreign", revision, listed, _foreign(shown, listed))
+            return SchemaReport(shown, "newer", revision, listed,
+                                f"database schema revision {revision} of {shown} is newer than this skillstate; "
+                                "upgrade skillstate")
+        if revision is None:
+            return SchemaReport(shown, "unversioned", None, listed,
+                                f"the skillstate schema in {shown} is damaged: its {VERSION_TABLE} table holds "
+                                "no revision; restore it from a backup or use another --db")
+        want_tables, want_columns = _expected(revision, script)
+        missing = sorted(want_tables - tables)
+        if not missing:  # then the columns of every table
+            have = {f"{t}.{c['name']}" for t in want_tables for c in insp.get_columns(t)}
+            missing = sorted(want_columns - have)
+        if missing:
+            kind = "table" if "." not in missing[0] else "column"
+            what = f"{kind}s {', '.join(missing)} are" if len(missing) > 1 else f"{kind} {missing[0]} is"
+            return SchemaReport(shown, "damaged", revision, listed,
+                                f"the skillstate schema in {shown} (revision {revision}) is damaged: {what} "
+                                "missing; restore it from a backup or use another --db")
+        state = "ok" if revision == script.get_current_head() else "outdated"
+        return SchemaReport(shown, state, revision, listed)
+
+
+def _known(script: ScriptDirectory, revision: str) -> bool:
+    try:
+        return script.get_revision(revision) is not None
+    except Exception:  # an id alembic cannot resolve: another application's revision
+        return False
+
+
+def _foreign(shown: str, tables: tuple[str, ...]) -> str:
+    names = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
+    return (f"{shown} is not a skillstate database (it has other tables: {names}); nothing was changed. "
+            "Use another --db")
+
+
+def file_problem(engine: Engine) -> str | None:
+    """SQLite's own integrity check of every page (slow on a big file, so
+    only `skillstate db check` runs it); None when the file is intact."""
+    if engine.dialect.name != "sqlite":
+        return None
+    with engine.connect() as conn:
+        result = [row[0] for row in conn.exec_driver_sql("PRAGMA quick_check(3)")]
+    if result == ["ok"]:
+        return None
+    shown = engine.url.render_as_string(hide_password=True)
+    return f"the database file of {shown} is damaged: {'; '.join(str(r) for r in result)}"
+
+
+def check_schema(engine: Engine, *, create: bool = True) -> SchemaReport:
+    """The report of a database that skillstate may use; raises SchemaError
+    for a foreign, damaged, unversioned or newer schema, and NotFoundError
+    for an empty database unless `create`."""
+    report = inspect_schema(engine)
+    if report.problem:
+        raise SchemaError(report.problem)
+    if report.state == "empty" and not create:
+        raise NotFoundError(f"{report.url} is an empty database: no skillstate schema and no runs yet; "
+                            "start one with `skillstate run`")
+    return report
+
+
 # Any fixed number: the PostgreSQL advisory lock that serializes migrations.
 _MIGRATION_LOCK = 0x5C111_57A7E
 
 
-def ensure_schema(engine: Engine) -> bool:
-    """Upgrade to head if needed; returns True if a migration ran.
+def ensure_schema(engine: Engine, *, create: bool = True) -> bool:
+    """Check the schema (see `check_schema`), then upgrade it to head if
+    needed; returns True if a migration ran. Without `create` an empty
+    database is refused rather than given the schema.
 
     Several processes may open a new database at once: the migration runs
     under a lock (an advisory lock on PostgreSQL, a write transaction on
     SQLite), and whoever gets it second finds the schema already there."""
-    script = ScriptDirectory.from_config(alembic_config())
-    head = script.get_current_head()
-    current = current_revision(engine)
-    if current == head:
+    report = check_schema(engine, create=create)
+    if report.state == "ok":
         return False
-    if current is not None and script.get_revision(current) is None:
-        raise UserError(f"database schema revision {current} is newer than this skillstate; upgrade skillstate")
+    head = head_revision()
     if engine.dialect.name == "sqlite":
         return _upgrade_sqlite(engine, head)
     with engine.begin() as conn:
@@ -69,6 +204,7 @@ def _upgrade_sqlite(engine: Engine, head: str) -> bool:
     """The whole migration in one BEGIN IMMEDIATE transaction (SQLite's DDL is
     transactional), so a second process waits for it and then skips it."""
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql("PRAGMA journal_mode=WAL")  # (outside a transaction; it stays with the file)
         conn.exec_driver_sql("BEGIN IMMEDIATE")
         try:
             if MigrationContext.configure(conn).get_current_revision() == head:
@@ -80,3 +216,73 @@ def _upgrade_sqlite(engine: Engine, head: str) -> bool:
             raise
         conn.exec_driver_sql("COMMIT")
     return True
+
+
+# --- opening a database --------------------------------------------------------------------------------------
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file path of a SQLite URL (also in its `file:` URI form), else None."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        return None
+    path = parsed.database
+    if path.startswith("file:"):
+        path = path[len("file:"):].split("?", 1)[0]
+    return None if path in ("", ":memory:") else path
+
+
+def require_database_file(url: str) -> None:
+    """Refuse a SQLite database whose file does not exist (reading must not create it)."""
+    path = sqlite_file(url)
+    if path is not None and not os.path.isfile(path):
+        what = "is a directory" if os.path.isdir(path) else "does not exist"
+        raise DatabaseProblem(f"no database at {path}: the file {what} (check --db or $SKILLSTATE_DB)")
+
+
+def may_switch_to_wal(cur: Any) -> bool:
+    """Whether to switch a SQLite file (a DB-API cursor on it) to WAL on
+    connect: only a skillstate database not in WAL mode yet. Someone else's
+    database keeps its journal mode (and gets no -wal file); an empty one is
+    switched when the schema is created, so reading it writes nothing."""
+    from skillstate.store import metadata
+
+    cur.execute("PRAGMA journal_mode")
+    if str(cur.fetchone()[0]).lower() == "wal":
+        return False
+    cur.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+    names = {row[0] for row in cur.fetchall()}
+    return bool(names & (set(metadata.tables) | {VERSION_TABLE}))
+
+
+def raise_if_damaged(engine: Engine, error: BaseException | None) -> None:
+    """Raise DatabaseProblem for a SQLite error that means the file itself is
+    not a database or is corrupt (the engine's handle_error hook)."""
+    reason = str(error or "").strip().splitlines()[0] if str(error or "").strip() else ""
+    if reason in ("file is not a database", "database disk image is malformed"):
+        shown = engine.url.render_as_string(hide_password=True)
+        raise DatabaseProblem(f"cannot use database {shown}: {reason}") from None
+
+
+def check_writable(engine: Engine) -> None:
+    """Refuse a database this process cannot write to, before anything is
+    computed: a DELETE that matches no row still needs write access."""
+    from skillstate.store import run_leases
+
+    shown = engine.url.render_as_string(hide_password=True)
+    try:
+        with engine.connect() as conn, conn.begin() as tx:
+            conn.execute(run_leases.delete().where(run_leases.c.run_id.is_(None)))
+            tx.rollback()
+    except SQLAlchemyError as err:
+        reason = db_reason(err)
+        if "readonly" in reason.lower().replace("-", "").replace(" ", ""):
+            raise DatabaseProblem(f"database {shown} is read-only: {reason}") from None
+        raise DatabaseProblem(f"cannot write to database {shown}: {reason}") from None
+
+
+def db_reason(err: SQLAlchemyError) -> str:
+    """The first line of the driver's message, credentials masked."""
+    from skillstate.config import redact
+
+    return redact(str(getattr(err, "orig", None) or err).strip().splitlines()[0])

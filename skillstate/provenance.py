@@ -57,12 +57,15 @@ def explain(store: Store, run_id: str | None, text: str) -> dict[str, Any]:
         last = changes[-1]
         origin = (_origin(store, step_events[last["step"]], text) if last["by"] == "step"
                   else _slow_origin(boundary_events[last["epoch"]]))
+    where = {"in_initial_skill": text in initial,
+             "in_current_skill": text in store.get_blob(state.current_skill),
+             "in_best_skill": text in store.get_blob(state.best_skill)}
     return {
         "run_id": loaded.run_id,
         "text": text,
-        "in_initial_skill": text in initial,
-        "in_current_skill": text in store.get_blob(state.current_skill),
-        "in_best_skill": text in store.get_blob(state.best_skill),
+        **where,
+        # False: the text was never in the run's current skill (nor is in its best): nothing to explain
+        "found": any(where.values()) or bool(changes),
         "changes": changes,
         "origin": origin,
     }

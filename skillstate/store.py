@@ -22,11 +22,12 @@ from sqlalchemy import (
     Text, UniqueConstraint, create_engine, event, func, insert, select,
 )
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
 from skillstate.errors import ConcurrencyError, NotFoundError, UserError
 from skillstate.events import Event, decode, encode
-from skillstate.util import canonical_json, sha256_text
+from skillstate.migrate import may_switch_to_wal, raise_if_damaged, require_database_file
+from skillstate.util import canonical_json, check_run_id, sha256_text
 
 DEFAULT_DB = "sqlite:///skillstate.db"
 GENESIS = "0" * 64
@@ -169,7 +170,8 @@ def _compress(text: str) -> bytes:
     return zlib.compress(text.encode("utf-8"), 6)
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, create: bool = True) -> Engine:
+    """An engine for `url`. Without `create`, a SQLite file that does not exist is refused, not created."""
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -178,16 +180,23 @@ def make_engine(url: str) -> Engine:
         if parsed.database in (None, "", ":memory:"):
             raise UserError("an in-memory SQLite database is not supported (the engine reads it from several "
                             "threads); use a file, e.g. sqlite:///skillstate.db")
+        if not create:
+            require_database_file(url)
         engine = create_engine(parsed, connect_args={"timeout": 30, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _record):  # pragma: no cover - trivial
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
+            if may_switch_to_wal(cur):
+                cur.execute("PRAGMA journal_mode=WAL")
             cur.close()
+
+        @event.listens_for(engine, "handle_error")
+        def _damaged(ctx):  # a corrupt file is the user's to fix (exit 2), wherever it shows
+            raise_if_damaged(engine, ctx.original_exception)
 
         return engine
     try:
@@ -232,6 +241,7 @@ class Store:
 
     def create_run(self, run_id: str, *, parent_run_id: str | None = None, fork_step: int | None = None,
                    kind: str = "train") -> None:
+        check_run_id(run_id)
         with self._write_lock, self.engine.begin() as conn:
             exists = conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id)).first()
             if exists:
@@ -245,9 +255,14 @@ class Store:
         return RunRow(**row._mapping) if row else None
 
     def require_run(self, run_id: str | None) -> RunRow:
+        """The run `run_id`, or without one the most recent training run
+        (evaluation runs are only read when named)."""
         if run_id is None:
             run_id = self.latest_run_id()
             if run_id is None:
+                if self.latest_run_id(kind=None) is not None:
+                    raise NotFoundError(f"no training runs in {self.display_url}, only evaluation runs; name one "
+                                        "(see `skillstate runs`) or start a training run with `skillstate run`")
                 raise NotFoundError(f"no runs in {self.display_url}; start one with `skillstate run`")
         row = self.get_run(run_id)
         if row is None:
@@ -259,11 +274,13 @@ class Store:
             rows = conn.execute(select(runs).order_by(runs.c.created_at, runs.c.run_id)).all()
         return [RunRow(**r._mapping) for r in rows]
 
-    def latest_run_id(self) -> str | None:
+    def latest_run_id(self, kind: str | None = "train") -> str | None:
+        """The most recent run of `kind` ("train" or "eval"; None: any)."""
+        query = select(runs.c.run_id)
+        if kind is not None:
+            query = query.where(runs.c.kind == kind)
         with self.engine.connect() as conn:
-            row = conn.execute(
-                select(runs.c.run_id).order_by(runs.c.created_at.desc(), runs.c.run_id.desc()).limit(1)
-            ).first()
+            row = conn.execute(query.order_by(runs.c.created_at.desc(), runs.c.run_id.desc()).limit(1)).first()
         return row[0] if row else None
 
     # -- events -----------------------------------------------------------
@@ -287,6 +304,8 @@ class Store:
         first event. Raises ConcurrencyError if another writer appended to the
         run since the caller read `last_seq`.
         """
+        if new_run is not None:
+            check_run_id(run_id)
         stored: list[StoredEvent] = []
         prev, seq = last_hash, last_seq
         now = _now()
@@ -426,13 +445,24 @@ class Store:
             return [(r[0], r[1], int(r[2]), int(r[3] or 0), int(r[4] or 0)) for r in conn.execute(query)]
 
 
-def open_store(url: str | None = None) -> Store:
-    """Open (creating or upgrading if needed) the database at `url`."""
-    import os
+def open_store(url: str | None = None, *, create: bool = True, write: bool | None = None) -> Store:
+    """Open the database at `url` (default $SKILLSTATE_DB, then sqlite:///skillstate.db), upgrading an
+    older skillstate schema. With `create` a missing or empty database gets the schema; without it
+    (reading, continuing a run) it is refused and nothing is created. With `write` (default: `create`)
+    a read-only database is refused. Someone else's database, a damaged schema or a file that is not
+    a database is refused either way (a UserError naming it), and left untouched."""
+    from skillstate.migrate import DatabaseProblem, check_writable, db_reason, ensure_schema
 
+    store = Store(url or os.environ.get("SKILLSTATE_DB") or DEFAULT_DB, upgrade=False)  # no connection yet
     try:
-        return Store(url or os.environ.get("SKILLSTATE_DB") or DEFAULT_DB)
-    except OperationalError as err:
-        reason = str(err.orig).splitlines()[0] if err.orig else str(err).splitlines()[0]
-        shown = make_url(url or os.environ.get("SKILLSTATE_DB") or DEFAULT_DB).render_as_string(hide_password=True)
-        raise UserError(f"cannot open database {shown}: {reason}") from None
+        if not create:
+            require_database_file(store.url)
+        ensure_schema(store.engine, create=create)
+        if create if write is None else write:
+            check_writable(store.engine)
+    except BaseException as err:
+        store.close()
+        if isinstance(err, SQLAlchemyError):
+            raise DatabaseProblem(f"cannot open database {store.display_url}: {db_reason(err)}") from None
+        raise
+    return store

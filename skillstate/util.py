@@ -49,11 +49,32 @@ def parse_step(value: str | int) -> int:
     else:
         match = _STEP_RE.match(str(value).strip())
         if not match:
-            raise UserError(f"not a step: {value!r} (use a number like 5 or step_5)")
+            negative = re.match(r"^-(?:step_?)?\d+$", str(value).strip(), re.IGNORECASE)
+            hint = "steps are 0 or more" if negative else "use a number like 5 or step_5"
+            raise UserError(f"not a step: {value!r} ({hint})")
         step = int(match.group(1))
     if step < 0:
         raise UserError(f"not a step: {value!r} (steps are 0 or more)")
     return step
+
+
+def is_step(value: str) -> bool:
+    return bool(_STEP_RE.match(str(value).strip()))
+
+
+RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+def check_run_id(run_id: str) -> str:
+    """A run id is 1 to 128 letters, digits, `.`, `_` or `-`: it is printed in
+    tables and typed in commands (a newline or a space would break both)."""
+    from skillstate.errors import UserError
+
+    if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id):
+        text = str(run_id)
+        shown = repr(text) if len(text) <= 60 else repr(text[:60]) + "..."
+        raise UserError(f"invalid run id {shown}: use 1 to 128 letters, digits, '.', '_' or '-'")
+    return run_id
 
 
 def chunked(items: list, size: int) -> list[list]:

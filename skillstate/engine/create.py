@@ -110,7 +110,8 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
         steps_per_epoch=0 if eval_split else spe, total_steps=0 if eval_split else spe * config.num_epochs,
         package_version=__version__, kind="eval" if eval_split else "train", eval_split=eval_split,
     )
-    store.append(run_id, [event], last_seq=0, last_hash=GENESIS, blobs_to_put=blobs, new_run={})
+    store.append(run_id, [event], last_seq=0, last_hash=GENESIS, blobs_to_put=blobs,
+                 new_run={"kind": "eval" if eval_split else "train"})
     return run_id
 
 

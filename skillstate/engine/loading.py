@@ -50,9 +50,10 @@ def step_boundary(stored: list[StoredEvent], step: int) -> int:
         if step > 0 and s.type == GateDecided.type and s.step == step:
             return i + 1
     last = max((s.step for s in stored if s.type == GateDecided.type), default=None)
+    run = f"run {stored[-1].run_id!r}" if stored else "the run"
     if last is None and not any(s.type == BaselineEvaluated.type for s in stored):
-        raise NotFoundError(f"step {step} is beyond the end of the run (no baseline yet)")
-    raise NotFoundError(f"step {step} is beyond the end of the run (last completed step: {last or 0})")
+        raise NotFoundError(f"step {step} is beyond the end of {run} (no baseline yet)")
+    raise NotFoundError(f"step {step} is beyond the end of {run} (last completed step: {last or 0})")
 
 
 def state_of(stored: list[StoredEvent]) -> RunState:
