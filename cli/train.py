@@ -88,7 +88,19 @@ def run(config_file, backend, data, model, optimizer_model, target_model, base_u
     if not (quiet or as_json):
         verb = "resuming" if existing else "started"
         click.echo(f"{verb} run {rid} in {store.display_url}")
+    if not existing:
+        show_plan(store, rid, config)
     train_and_report(trainer, as_json)
+
+
+def show_plan(store, run_id: str, config: SkillConfig) -> None:
+    """Before a new run on a real endpoint: its steps, calls and rough cost (on
+    stderr, so --json output stays clean)."""
+    if config.backend == "sim":
+        return
+    from skillstate.plan import plan_of
+
+    click.echo(f"{plan_of(store, run_id).describe()}; stop at a budget with --max-cost-usd", err=True)
 
 
 # The model names the sim backend answers to (skillstate.sim.server.SIM_MODEL_IDS and the defaults).

@@ -302,3 +302,35 @@ def test_a_recorded_head_catches_a_cut_tail(tmp_path):
     assert cut.exit_code == 1 and "is not in the log (its tail was cut or its past rewritten)" in cut.output
     bad = CliRunner().invoke(cli, ["audit", "h", "--head", "12:nothex", "--db", db])
     assert bad.exit_code == 2 and "--head takes SEQ:HASH" in bad.output
+
+
+# --- the plan shown before a run on a real endpoint ----------------------------------
+
+
+def test_a_new_openai_run_shows_its_plan_first_and_a_sim_run_does_not(sim_server, tmp_path):
+    db = f"sqlite:///{tmp_path / 'p.db'}"
+    args = ["run", "--model", "sim-model", "--base-url", sim_server.base_url, "--data", str(EXAMPLES / "qa"),
+            "--batch-size", "12", "--epochs", "1", "--run-id", "p", "--db", db,
+            "--set", 'prices={"sim-model": [1.0, 2.0]}']
+    res = CliRunner().invoke(cli, args, env={"OPENAI_API_KEY": "k"})
+    assert res.exit_code == 0, res.output
+    plan = next(line for line in res.output.splitlines() if line.startswith("plan: "))
+    # 36 train items / 12 = 3 steps; target: val 24 + test 2 x 24 + 3 x (12 rollouts + 24 gate items) = 180
+    assert plan.startswith("plan: 3 steps, at most 180 target, ") and "about $" in plan
+    sim = CliRunner().invoke(cli, ["run", "--epochs", "1", "--run-id", "s", "--db", db])
+    assert sim.exit_code == 0 and "plan: " not in sim.output
+
+
+def test_the_plan_counts_steps_and_calls_from_the_schedule():
+    from skillstate.config import SkillConfig
+    from skillstate.plan import plan_run
+
+    splits = {"train": [{"id": str(i), "question": "q" * 40} for i in range(100)],
+              "val": [{"id": f"v{i}", "question": "q"} for i in range(20)],
+              "test": [{"id": f"t{i}", "question": "q"} for i in range(30)]}
+    plan = plan_run(SkillConfig(num_epochs=3, batch_size=40), splits, "# skill\n")
+    assert plan.steps == 9  # ceil(100 / 40) = 3 steps a epoch
+    assert plan.calls["target"] == 20 + 2 * 30 + 9 * (40 + 20)
+    assert plan.calls["optimizer"] > 9 and plan.cost_usd > 0 and not plan.unpriced
+    unknown = plan_run(SkillConfig(backend="openai", target={"model": "x"}, optimizer={"model": "x"}), splits, "")
+    assert unknown.unpriced == ["x"] and "cost unknown (no price for x)" in unknown.describe()
