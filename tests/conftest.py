@@ -70,6 +70,22 @@ def any_store(request, tmp_path):
     admin.dispose()
 
 
+SLOW_ENV = "SKILLSTATE_SLOW"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"slow: a long sweep, run only when ${SLOW_ENV} is set (.ci/run sets it)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get(SLOW_ENV):
+        return
+    skip = pytest.mark.skip(reason=f"slow suite: set {SLOW_ENV}=1 to run it (.ci/run does)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 class Recorder:
     """Progress callback that keeps every (event, state) pair."""
 
