@@ -21,7 +21,7 @@ from skillstate.engine.runner import build_context, config_of, drive, lineage_ev
 from skillstate.errors import ReplayMissError, UserError
 from skillstate.events import Event, RunForked, encode
 from skillstate.reducer import RunState, reduce
-from skillstate.store import GENESIS, StoredEvent, Store
+from skillstate.store import GENESIS, Store, StoredEvent
 from skillstate.util import canonical_json, sha256_text
 
 
@@ -107,7 +107,7 @@ def audit(store: Store, run_id: str | None, *, expect_head: str | None = None) -
             return report
         report.head_checked = True
     refs: dict[str, StoredEvent] = {}
-    for s, ev in zip(own, decoded):
+    for s, ev in zip(own, decoded, strict=False):
         for h in ev.blob_refs():
             refs.setdefault(h, s)  # report the first event that needs it
     found = store.get_blobs(list(refs))
@@ -122,7 +122,7 @@ def audit(store: Store, run_id: str | None, *, expect_head: str | None = None) -
     state = RunState()
     for s in prefix:
         state = reduce(state, s.event)
-    for s, ev in zip(own, decoded):
+    for s, ev in zip(own, decoded, strict=False):
         try:
             state = reduce(state, ev)
         except Exception as err:

@@ -43,6 +43,7 @@ def check_chain(stored: list[StoredEvent], first_prev: str = GENESIS, *, key: st
         try:
             decoded.append(s.event)
         except Exception as err:  # unknown type, unreadable payload
-            return decoded, f"{label(s)}: cannot be read: {str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}"
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            return decoded, f"{label(s)}: cannot be read: {reason}"
         prev = s.hash
     return decoded, None

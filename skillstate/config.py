@@ -11,7 +11,7 @@ import difflib
 import os
 import re
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,12 +43,16 @@ class ModelConfig(BaseModel):
     api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
     azure: bool = Field(False, description="Use Azure OpenAI (base_url is the Azure endpoint).")
     api_version: str | None = Field(None, description="Azure API version.")
-    temperature: float | None = Field(0.0, ge=0.0, le=2.0, description="Sampling temperature; null leaves it to the server.")
+    temperature: float | None = Field(
+        0.0, ge=0.0, le=2.0, description="Sampling temperature; null leaves it to the server.")
     max_tokens: int = Field(1024, ge=1, description="Completion token limit per call.")
     max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = Field(
         "max_tokens", description="Request field for the token limit (newer OpenAI models want max_completion_tokens).")
-    timeout: float = Field(600.0, gt=0, description="Seconds one attempt of a request may take before it is retried (generous, so a slow local model on a CPU works out of the box).")
-    max_retries: int = Field(4, ge=0, description="Retries on 408/409/429/5xx and connection errors (Retry-After honoured).")
+    timeout: float = Field(
+        600.0, gt=0, description="Seconds one attempt of a request may take before it is retried (generous, so a slow "
+                                 "local model on a CPU works out of the box).")
+    max_retries: int = Field(
+        4, ge=0, description="Retries on 408/409/429/5xx and connection errors (Retry-After honoured).")
 
 
 class TargetModelConfig(ModelConfig):
@@ -69,9 +73,14 @@ class SkillConfig(BaseModel):
 
     # where things come from
     env: Literal["qa"] = Field("qa", description="The environment kind.")
-    backend: Backend = Field("sim", description="LLM backend for both roles: sim (offline simulation) or openai (any OpenAI-compatible endpoint).")
-    data: str | None = Field(None, description="Dataset directory with train/val/test .jsonl; with backend sim and no data, the bundled simulated world.")
-    initial_skill: str | None = Field(None, description="Markdown file with the starting skill; default: the environment's.")
+    backend: Backend = Field(
+        "sim", description="LLM backend for both roles: sim (offline simulation) or openai (any OpenAI-compatible "
+                           "endpoint).")
+    data: str | None = Field(
+        None, description="Dataset directory with train/val/test .jsonl; with backend sim and no data, the bundled "
+                          "simulated world.")
+    initial_skill: str | None = Field(
+        None, description="Markdown file with the starting skill; default: the environment's.")
     optimizer: OptimizerModelConfig = Field(default_factory=OptimizerModelConfig)
     target: TargetModelConfig = Field(default_factory=TargetModelConfig)
 
@@ -91,23 +100,45 @@ class SkillConfig(BaseModel):
     gate_mixed_weight: float = Field(0.5, ge=0.0, le=1.0, description="w in (1-w)*hard + w*soft for gate_metric mixed.")
 
     # the rest
-    use_gate: bool = Field(True, description="false: every candidate is accepted (recorded as a forced accept); it is still scored.")
-    semantic_density_weight: float = Field(0.0, ge=0.0, description="Gate bonus per unit share of skill lines led by MUST/ALWAYS/NEVER-style words.")
+    use_gate: bool = Field(
+        True, description="false: every candidate is accepted (recorded as a forced accept); it is still scored.")
+    semantic_density_weight: float = Field(
+        0.0, ge=0.0, description="Gate bonus per unit share of skill lines led by MUST/ALWAYS/NEVER-style words.")
 
     # full SkillOpt
-    use_step_buffer: bool = Field(True, description="Show the analysts, the autonomous learning rate and the rewrite call the earlier steps of the epoch (actions, failure patterns, rejected edits).")
-    lr_control: Literal["fixed", "autonomous"] = Field("fixed", description="fixed: the scheduler's edit budget; autonomous: the optimizer chooses how many edits to apply.")
-    update_mode: Literal["patch", "rewrite", "full_rewrite"] = Field("patch", description="patch: apply edits; rewrite: one call rewrites the skill from the kept suggestions; full_rewrite: analysts write whole skills that the merges combine (no budget).")
-    accumulation: int = Field(1, ge=1, description="Sub-batches per step, rolled out and reflected separately, pooled for aggregate/select/update.")
-    use_slow_update: bool = Field(False, description="At each epoch end from epoch 2, compare the previous and current skill and rewrite the protected guidance block.")
-    slow_update_samples: int = Field(20, ge=1, description="Train items rolled out with both skills for the epoch comparison.")
-    longitudinal_pair_policy: Literal["mixed", "changed", "unchanged"] = Field("mixed", description="Which compared items the slow update and meta skill see: all, improved+regressed, or the stable ones.")
-    slow_update_gate: bool = Field(False, description="Pass the slow update through the gate instead of forcing it into the current skill.")
-    use_meta_skill: bool = Field(False, description="At each epoch end from epoch 2, write a memo to the optimizer, prepended to its analyst, merge and rank prompts.")
+    use_step_buffer: bool = Field(
+        True, description="Show the analysts, the autonomous learning rate and the rewrite call the earlier steps of "
+                          "the epoch (actions, failure patterns, rejected edits).")
+    lr_control: Literal["fixed", "autonomous"] = Field(
+        "fixed", description="fixed: the scheduler's edit budget; autonomous: the optimizer chooses how many edits to "
+                             "apply.")
+    update_mode: Literal["patch", "rewrite", "full_rewrite"] = Field(
+        "patch", description="patch: apply edits; rewrite: one call rewrites the skill from the kept suggestions; "
+                             "full_rewrite: analysts write whole skills that the merges combine (no budget).")
+    accumulation: int = Field(
+        1, ge=1, description="Sub-batches per step, rolled out and reflected separately, pooled for "
+                             "aggregate/select/update.")
+    use_slow_update: bool = Field(
+        False, description="At each epoch end from epoch 2, compare the previous and current skill and rewrite the "
+                           "protected guidance block.")
+    slow_update_samples: int = Field(
+        20, ge=1, description="Train items rolled out with both skills for the epoch comparison.")
+    longitudinal_pair_policy: Literal["mixed", "changed", "unchanged"] = Field(
+        "mixed", description="Which compared items the slow update and meta skill see: all, improved+regressed, or the "
+                             "stable ones.")
+    slow_update_gate: bool = Field(
+        False, description="Pass the slow update through the gate instead of forcing it into the current skill.")
+    use_meta_skill: bool = Field(
+        False, description="At each epoch end from epoch 2, write a memo to the optimizer, prepended to its analyst, "
+                           "merge and rank prompts.")
 
     # cost
-    max_cost_usd: float | None = Field(None, gt=0, description="Stop cleanly once the LLM requests this run sent cost this much (resumable with a higher budget).")
-    prices: dict[str, tuple[float, float]] = Field(default_factory=dict, description="Extra or overriding prices: model -> [USD per 1M input tokens, USD per 1M output tokens].")
+    max_cost_usd: float | None = Field(
+        None, gt=0, description="Stop cleanly once the LLM requests this run sent cost this much (resumable with a "
+                                "higher budget).")
+    prices: dict[str, tuple[float, float]] = Field(
+        default_factory=dict, description="Extra or overriding prices: model -> [USD per 1M input tokens, USD per 1M "
+                                          "output tokens].")
 
     failure_only: bool = Field(False, description="Ignore successes in Reflect.")
     seed: int = 42
@@ -116,15 +147,24 @@ class SkillConfig(BaseModel):
     test_split: str = "test"
     eval_test: bool = Field(True, description="Score the initial and best skill on the test split at the end.")
     concurrency: int = Field(8, ge=1, description="LLM calls in flight at once.")
-    max_consecutive_failures: int = Field(16, ge=0, description="Circuit breaker: stop the run (resumable) after this many failed LLM calls in a row; 0 turns it off.")
-    max_stage_failure_share: float = Field(0.5, gt=0.0, le=1.0, description="Circuit breaker: stop the run (resumable) when more than this share of a stage's LLM calls (sent or served from the log) failed, once it sent at least 4; 1.0 turns it off.")
-    prompts: dict[str, str] = Field(default_factory=dict, description="Prompt overrides: name -> markdown file or inline text.")
-    llm_cache: Literal["all", "lineage"] = Field("all", description="Serve identical LLM requests from any run in the database (all) or only from this run and its fork ancestors (lineage).")
+    max_consecutive_failures: int = Field(
+        16, ge=0, description="Circuit breaker: stop the run (resumable) after this many failed LLM calls in a row; 0 "
+                              "turns it off.")
+    max_stage_failure_share: float = Field(
+        0.5, gt=0.0, le=1.0, description="Circuit breaker: stop the run (resumable) when more than this share of a "
+                                         "stage's LLM calls (sent or served from the log) failed, once it sent at "
+                                         "least 4; 1.0 turns it off.")
+    prompts: dict[str, str] = Field(
+        default_factory=dict, description="Prompt overrides: name -> markdown file or inline text.")
+    llm_cache: Literal["all", "lineage"] = Field(
+        "all", description="Serve identical LLM requests from any run in the database (all) or only from this run and "
+                           "its fork ancestors (lineage).")
 
     @model_validator(mode="after")
-    def _check(self) -> "SkillConfig":
+    def _check(self) -> SkillConfig:
         if self.min_edit_budget > self.edit_budget:
-            raise ValueError(f"min_edit_budget ({self.min_edit_budget}) is larger than edit_budget ({self.edit_budget})")
+            raise ValueError(f"min_edit_budget ({self.min_edit_budget}) is larger than edit_budget "
+                             f"({self.edit_budget})")
         splits = [self.train_split, self.val_split, self.test_split]
         if len(set(splits)) != 3:
             raise ValueError(f"train, val and test splits must differ, got {splits}")
@@ -136,7 +176,8 @@ class SkillConfig(BaseModel):
             return cfg.model
         if self.backend == "sim":
             return SIM_MODELS[role]
-        raise ConfigError(f"backend openai needs a model for the {role}: pass --model, --{role}-model or --set {role}.model=NAME")
+        raise ConfigError(f"backend openai needs a model for the {role}: pass --model, --{role}-model or --set "
+                          f"{role}.model=NAME")
 
 
 # Keys that change how a run reaches its models but not what it computes:
@@ -195,6 +236,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8-sig")  # a BOM at the start is fine
     except OSError as err:
         raise ConfigError(f"cannot read config file {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {err.start}); is it a YAML or TOML "
+                          "file?") from None
     try:
         if path.suffix.lower() == ".toml":
             data = tomllib.loads(text)
@@ -202,7 +246,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
             data = yaml.safe_load(text)
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as err:
         first_line = str(err).strip().splitlines()[0]
-        raise ConfigError(f"config file {path} is not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {first_line}") from None
+        raise ConfigError(f"config file {path} is not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: "
+                          f"{first_line}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -228,7 +273,7 @@ def _resolve_paths(data: dict[str, Any], file: Path) -> dict[str, Any]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def _field_adapter(key: str) -> TypeAdapter[Any] | None:
     """A validator of the type of a flattened config key (no bounds), or None for an unknown key."""
     model: Any = SkillConfig

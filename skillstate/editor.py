@@ -15,7 +15,7 @@ change it, every other status leaves it as it was.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from skillstate.events import ApplyEntry, Edit
 

@@ -68,3 +68,9 @@ class ReplayMissError(SkillstateError):
 class BudgetStop(RunStopped):
     """A run stopped at an event boundary because it reached max_cost_usd.
     Not a failure of the run: it is saved and resumable (CLI exit code 3)."""
+
+
+class InternalError(RuntimeError):
+    """A bug: the engine reached a state its own rules exclude, such as a
+    stage reading the progress of a step when no step is under way. Not a
+    SkillstateError on purpose: nothing should catch it as a user's problem."""

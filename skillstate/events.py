@@ -11,15 +11,23 @@ events: events hold the sha256 of a row in the blob table.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from skillstate.errors import CorruptLogError
-
-
 from skillstate.values import (  # noqa: F401  (re-exported: events are built from these)
-    ApplyEntry, CallRef, Edit, Frozen, ItemResult, MergeCall, Scores, SplitScore, Usage, usage_of,
+    ApplyEntry,
+    CallRef,
+    Edit,
+    Frozen,
+    ItemResult,
+    MergeCall,
+    Scores,
+    SplitScore,
+    Usage,
+    usage_of,
 )
 
 

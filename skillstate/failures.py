@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -43,7 +44,7 @@ def _blob_refs(results: list[dict[str, Any]]) -> Iterator[CallRef]:
 def failed_calls(store: Store, own: list[StoredEvent]) -> dict[str, Any]:
     """{"calls", "failed", "by_stage": {stage: {role: {"calls", "failed", "common", "common_count"}}}}."""
     decoded: list[Event] = [s.event for s in own]
-    blob_hashes = [ev.results for ev in decoded if isinstance(getattr(ev, "results", None), str)]
+    blob_hashes = [r for ev in decoded if isinstance(r := getattr(ev, "results", None), str)]
     blobs = store.get_blobs(blob_hashes) if blob_hashes else {}
     calls: dict[tuple[str, str], int] = defaultdict(int)
     errors: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)

@@ -9,7 +9,7 @@ the edits, the rewrite call or the full-rewrite analysts did to the text.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 START = "<!-- SLOW_UPDATE_START -->"
 END = "<!-- SLOW_UPDATE_END -->"

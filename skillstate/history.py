@@ -9,13 +9,13 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
+from skillstate.config import SIM_MODELS
 from skillstate.engine.runner import LoadedRun, load_run, roles_of
 from skillstate.errors import NotFoundError
-from skillstate.config import SIM_MODELS
 from skillstate.events import Usage
 from skillstate.failures import failed_calls
 from skillstate.pricing import cost_usd, price_for, sent_cost
-from skillstate.reducer import RunState, StepRecord, usage_totals
+from skillstate.reducer import RunState, StepRecord, need, usage_totals
 from skillstate.store import Store
 
 
@@ -55,8 +55,8 @@ def replay(store: Store, run_id: str | None, to_step: int) -> Snapshot:
     """The state after `to_step` (0 = after the baseline), folded from the log."""
     loaded = load_run(store, run_id)
     state = loaded.state_at(to_step)
-    return Snapshot(loaded.run_id, to_step, state, store.get_blob(state.current_skill), store.get_blob(state.best_skill),
-                    state.record(to_step))
+    return Snapshot(loaded.run_id, to_step, state, store.get_blob(need(state.current_skill, "the current skill")),
+                    store.get_blob(need(state.best_skill, "the best skill")), state.record(to_step))
 
 
 def skill_at(store: Store, run_id: str | None, step: int | None = None, best: bool = False) -> tuple[str, str]:

@@ -58,7 +58,7 @@ class RunLease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def acquire(self) -> "RunLease":
+    def acquire(self) -> RunLease:
         now = _now()
         expires = now + dt.timedelta(seconds=self.ttl)
         with self.store.engine.begin() as conn:
@@ -119,7 +119,7 @@ class RunLease:
         except Exception:  # the lease lapses by itself
             pass
 
-    def __enter__(self) -> "RunLease":
+    def __enter__(self) -> RunLease:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from alembic import command
 from alembic.config import Config
@@ -35,7 +35,8 @@ class DatabaseProblem(UserError):
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
-    from skillstate import migrations
+    # ignore: setuptools maps skillstate.migrations to migrations/, which mypy cannot see (pyproject [tool.mypy])
+    from skillstate import migrations  # type: ignore[attr-defined]
 
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(migrations.__file__).parent).replace("%", "%%"))
@@ -44,7 +45,8 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 
 def head_revision() -> str:
-    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+    # cast: the shipped migrations have exactly one head (get_current_head is None only without any)
+    return cast(str, ScriptDirectory.from_config(alembic_config()).get_current_head())
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from skillstate.config import SkillConfig
 from skillstate.pricing import cost_usd, price_for
+from skillstate.reducer import need
 from skillstate.scheduler import steps_per_epoch
 from skillstate.store import Store
 
@@ -87,4 +88,5 @@ def plan_of(store: Store, run_id: str) -> RunPlan:
     from skillstate.engine.runner import config_of, env_of, load_run
 
     state = load_run(store, run_id).state
-    return plan_run(config_of(state), env_of(store, state).splits, store.get_blob(state.initial_skill))
+    return plan_run(config_of(state), env_of(store, state).splits,
+                    store.get_blob(need(state.initial_skill, "the initial skill")))

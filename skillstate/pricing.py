@@ -12,7 +12,8 @@ for the optimizer) so that a sim run shows what a comparable real run costs.
 from __future__ import annotations
 
 import threading
-from typing import Mapping
+from collections.abc import Mapping
+from typing import cast
 
 from skillstate.errors import SkillstateError
 
@@ -42,7 +43,8 @@ DEFAULT_PRICES: dict[str, Price] = {
 def price_for(model: str, extra: Mapping[str, Price] | None = None) -> Price | None:
     """The price of `model`: exact name first, then the longest table name
     it extends with a dash (a dated snapshot); None when unknown."""
-    table = {**DEFAULT_PRICES, **{k: tuple(v) for k, v in (extra or {}).items()}}
+    # cast: `extra` holds prices; tuple() only turns one read from JSON (a list) back into a tuple
+    table = {**DEFAULT_PRICES, **{k: cast(Price, tuple(v)) for k, v in (extra or {}).items()}}
     if model in table:
         return table[model]
     bases = [name for name in table if model.startswith(name + "-")]

@@ -4,12 +4,12 @@ they were looking at; and every later step that removed or re-added it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from skillstate.engine.runner import load_run
 from skillstate.errors import UserError
-from skillstate.events import Edit, PatchProposed, RolloutCompleted
-from skillstate.reducer import RunState, reduce
+from skillstate.events import Edit, GateDecided, PatchProposed, RolloutCompleted, SlowUpdateDecided
+from skillstate.reducer import RunState, need, reduce
 from skillstate.store import Store
 
 
@@ -23,7 +23,7 @@ def explain(store: Store, run_id: str | None, text: str) -> dict[str, Any]:
         raise UserError("give the text to look for, e.g. skillstate why \"order of operations\"")
     loaded = load_run(store, run_id)
     state = loaded.state
-    initial = store.get_blob(state.initial_skill)
+    initial = store.get_blob(need(state.initial_skill, "the initial skill"))
     changes: list[dict[str, Any]] = []
     step_events: dict[int, list] = {}
     boundary_events: dict[int, list] = {}
@@ -40,15 +40,16 @@ def explain(store: Store, run_id: str | None, text: str) -> dict[str, Any]:
             boundary_events.setdefault(ev.epoch, []).append(ev)
         if before is None or folded.current_skill == before or ev.type == "RunStarted":
             continue
-        now = text in store.get_blob(folded.current_skill)
+        now = text in store.get_blob(need(folded.current_skill, "the current skill"))
         if now == present:
             continue
-        change = {"change": "added" if now else "removed"}
-        if ev.type == "GateDecided":
+        change: dict[str, Any] = {"change": "added" if now else "removed"}
+        if isinstance(ev, GateDecided):
             change.update(step=ev.step, epoch=folded.history[-1].epoch, decision=ev.decision, reason=ev.reason,
                           by="step")
         else:  # the slow update of an epoch boundary
-            change.update(step=folded.last_completed_step, epoch=ev.epoch, decision=ev.decision, reason=ev.reason,
+            su = cast(SlowUpdateDecided, ev)  # the only other event that changes the current skill (see the reducer)
+            change.update(step=folded.last_completed_step, epoch=su.epoch, decision=su.decision, reason=su.reason,
                           by="slow_update")
         changes.append(change)
         present = now
@@ -58,8 +59,8 @@ def explain(store: Store, run_id: str | None, text: str) -> dict[str, Any]:
         origin = (_origin(store, step_events[last["step"]], text) if last["by"] == "step"
                   else _slow_origin(boundary_events[last["epoch"]]))
     where = {"in_initial_skill": text in initial,
-             "in_current_skill": text in store.get_blob(state.current_skill),
-             "in_best_skill": text in store.get_blob(state.best_skill)}
+             "in_current_skill": text in store.get_blob(need(state.current_skill, "the current skill")),
+             "in_best_skill": text in store.get_blob(need(state.best_skill, "the best skill"))}
     return {
         "run_id": loaded.run_id,
         "text": text,

@@ -7,20 +7,46 @@ it, and audit checks that the whole log folds without error.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Iterable, Mapping
+from typing import TypeVar
 
 from skillstate import gate as gate_rules
-from skillstate.errors import CorruptLogError
+from skillstate.errors import CorruptLogError, InternalError
 from skillstate.events import (
-    BaselineEvaluated, CandidateBuilt, CandidateEvaluated, Edit, EditsSelected, EpochCompared, EpochEnded, Event,
-    FinalValidated, GateDecided, LearningRateChosen, MetaSkillWritten, PatchesMerged, PatchProposed,
-    RolloutCompleted, RunCompleted, RunForked, RunStarted, Scores, SlowUpdateDecided, SlowUpdateProposed,
-    StepStarted, TestEvaluated, Usage,
+    BaselineEvaluated,
+    CandidateBuilt,
+    CandidateEvaluated,
+    Edit,
+    EditsSelected,
+    EpochCompared,
+    EpochEnded,
+    Event,
+    FinalValidated,
+    GateDecided,
+    LearningRateChosen,
+    MetaSkillWritten,
+    PatchesMerged,
+    PatchProposed,
+    RolloutCompleted,
+    RunCompleted,
+    RunForked,
+    RunStarted,
+    Scores,
+    SlowUpdateDecided,
+    SlowUpdateProposed,
+    StepStarted,
+    TestEvaluated,
+    Usage,
 )
 
 EMPTY: Mapping = MappingProxyType({})
+
+T = TypeVar("T")
+
+# Events the epoch-boundary fold (`_reduce_epoch_end`) handles.
+EpochEndEvent = EpochCompared | SlowUpdateProposed | SlowUpdateDecided | MetaSkillWritten | EpochEnded | FinalValidated
 
 # Which stage an event's LLM usage is booked to.
 STAGE_OF = {
@@ -77,10 +103,12 @@ class StepRecord:
     edit_budget: int
     decision: str
     candidate_score: float | None
-    current_score: float
-    best_score: float
-    current_skill: str
-    best_skill: str
+    # After the step, as RunState holds them: Optional like there (set from the
+    # baseline and RunStarted on; the fold does not require it of every log).
+    current_score: float | None
+    best_score: float | None
+    current_skill: str | None
+    best_skill: str | None
     reason: str = ""
     forced: bool = False
 
@@ -179,6 +207,26 @@ def cache_key(split: str, skill: str) -> str:
     return f"{split}:{skill}"
 
 
+def need(value: T | None, what: str) -> T:
+    """`value`, which the caller knows is set: a stage reads only what the
+    events `next_stage` ordered before it put in the state, and a started
+    run has its skills (and, from the baseline on, its scores). The narrowing
+    for the state's Optional fields; None here is a bug, not a bad log."""
+    if value is None:
+        raise InternalError(f"{what} is not in the folded state yet")
+    return value
+
+
+def step_progress(state: RunState) -> StepProgress:
+    """The progress of the step under way (for the stages inside a step)."""
+    return need(state.progress, "the progress of a step")
+
+
+def boundary_progress(state: RunState) -> BoundaryProgress:
+    """The epoch-boundary work under way (for the boundary stages)."""
+    return need(state.boundary, "the epoch-boundary progress")
+
+
 def _with(mapping: Mapping, key, value) -> Mapping:
     new = dict(mapping)
     new[key] = value
@@ -223,11 +271,12 @@ def _buffer_entry(p: StepProgress, event: GateDecided) -> BufferEntry:
         for line in patch.failure_summary:
             if line not in patterns:
                 patterns.append(line)
-    rejected = event.decision == gate_rules.REJECT and p.selected is not None
+    selected = p.selected if event.decision == gate_rules.REJECT else None
+    rejected = selected is not None
     return BufferEntry(step=event.step, decision=event.decision, items=len(results), failures=len(failed),
                        failures_by_task_type=MappingProxyType(dict(sorted(by_type.items()))),
                        patterns=tuple(patterns[:12]),
-                       rejected_edits=tuple(p.selected.edits) if rejected else (),
+                       rejected_edits=tuple(selected.edits) if selected is not None else (),
                        score_before=event.current_score if rejected else None,
                        score_after=event.candidate_score if rejected else None)
 
@@ -267,7 +316,8 @@ def reduce(state: RunState, event: Event) -> RunState:
         if state.baseline is not None:
             raise FoldError("BaselineEvaluated twice")
         return replace(state, baseline=event.scores, current_score=event.scores.gate, best_score=event.scores.gate,
-                       best_step=0, score_cache=_with(state.score_cache, cache_key(event.split, event.skill), event.scores))
+                       best_step=0,
+                       score_cache=_with(state.score_cache, cache_key(event.split, event.skill), event.scores))
 
     if isinstance(event, StepStarted):
         if (state.baseline is None or state.progress is not None or state.boundary is not None
@@ -352,7 +402,7 @@ def reduce(state: RunState, event: Event) -> RunState:
     raise FoldError(f"the reducer does not know {event.type}")
 
 
-def _reduce_epoch_end(state: RunState, event: Event) -> RunState:
+def _reduce_epoch_end(state: RunState, event: EpochEndEvent) -> RunState:
     if state.progress is not None:
         raise FoldError(f"{event.type} in the middle of step {state.progress.step}")
     if isinstance(event, FinalValidated):

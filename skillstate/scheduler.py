@@ -33,7 +33,8 @@ def steps_per_epoch(n_train: int, batch_size: int, accumulation: int = 1) -> int
     return max(1, math.ceil(n_train / (batch_size * accumulation)))
 
 
-def epoch_batches(item_ids: list[str], seed: int, epoch: int, batch_size: int, accumulation: int = 1) -> list[list[str]]:
+def epoch_batches(item_ids: list[str], seed: int, epoch: int, batch_size: int,
+                  accumulation: int = 1) -> list[list[str]]:
     """Shuffle train with a seed from (seed, epoch) and cut it into batches.
 
     Returns steps_per_epoch * accumulation batches: a short epoch is padded

@@ -14,12 +14,29 @@ import json
 import os
 import threading
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from sqlalchemy import (
-    Boolean, Column, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, MetaData, String, Table,
-    Text, UniqueConstraint, create_engine, event, func, insert, select,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
 )
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
@@ -356,7 +373,8 @@ class Store:
         for i in range(0, len(hashes), 500):
             chunk = hashes[i : i + 500]
             existing.update(r[0] for r in conn.execute(select(blobs.c.hash).where(blobs.c.hash.in_(chunk))))
-        rows = [dict(hash=h, size=len(t), data=_compress(t)) for h, t in items.items() if h not in existing]
+        # in hash order: two writers of the same new blobs then wait on each other in one order, never deadlock
+        rows = [dict(hash=h, size=len(t), data=_compress(t)) for h, t in sorted(items.items()) if h not in existing]
         if rows:
             conn.execute(insert_ignoring_duplicates(conn, blobs), rows)
 

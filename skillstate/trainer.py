@@ -14,11 +14,15 @@ from typing import Any
 from skillstate.config import SkillConfig, public_config, semantic_view, validate_config
 from skillstate.engine.context import ProgressCallback
 from skillstate.engine.runner import (
-    BackendFactory, continue_run, create_run, fork_run, load_run,
+    BackendFactory,
+    continue_run,
+    create_run,
+    fork_run,
+    load_run,
 )
 from skillstate.errors import UserError
 from skillstate.history import run_summary
-from skillstate.reducer import RunState
+from skillstate.reducer import RunState, need
 from skillstate.store import Store, open_store
 
 
@@ -38,11 +42,11 @@ class RunResult:
 
     @property
     def best_skill(self) -> str:
-        return self.store.get_blob(self.state.best_skill)
+        return self.store.get_blob(need(self.state.best_skill, "the best skill"))
 
     @property
     def current_skill(self) -> str:
-        return self.store.get_blob(self.state.current_skill)
+        return self.store.get_blob(need(self.state.current_skill, "the current skill"))
 
     @cached_property
     def summary(self) -> dict[str, Any]:
@@ -89,7 +93,7 @@ class Trainer:
                              backend_factory=self.backend_factory)
         return RunResult(run_id, state, self.store)
 
-    def fork(self, step: int, overrides: dict[str, Any] | None = None, new_run_id: str | None = None) -> "Trainer":
+    def fork(self, step: int, overrides: dict[str, Any] | None = None, new_run_id: str | None = None) -> Trainer:
         """A trainer for a new run that continues this run's state after `step`."""
         if self.run_id is None:
             raise UserError("nothing to fork: this trainer has no run yet")

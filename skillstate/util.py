@@ -6,7 +6,9 @@ import hashlib
 import json
 import random
 import re
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def canonical_json(value: Any) -> str:
@@ -77,5 +79,5 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-def chunked(items: list, size: int) -> list[list]:
+def chunked(items: list[T], size: int) -> list[list[T]]:
     return [items[i : i + size] for i in range(0, len(items), size)]

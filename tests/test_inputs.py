@@ -253,3 +253,11 @@ def test_num_epochs_is_capped(tmp_path):
     file = tmp_path / "c.toml"
     file.write_text("num_epochs = 1_000_000\n")
     config_error(tmp_path, "--config", str(file), match="invalid config value for num_epochs")
+
+
+def test_a_binary_config_file_is_one_line_not_a_traceback(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_bytes(bytes([0x81, 0xFF, 0x00, 0x13]) * 20)
+    user_error(tmp_path, "run", "--config", str(config), match="is not UTF-8 text (byte 0)", no_db_file=True)
+    user_error(tmp_path, "eval", "--skill", str(config), "--config", str(config), match="is not UTF-8 text",
+               no_db_file=True)

@@ -4,9 +4,10 @@ the recording LLM clients, the blob buffer, the event log and a worker pool."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -14,12 +15,12 @@ from skillstate.config import SkillConfig
 from skillstate.engine.parsing import response_format
 from skillstate.envs.base import SkillEnv
 from skillstate.events import Event
-from skillstate.llm.base import CallResult, ChatRequest
 from skillstate.lease import RunLease
+from skillstate.llm.base import CallResult, ChatRequest
 from skillstate.llm.health import CallHealth
 from skillstate.llm.recording import RecordingClient
 from skillstate.reducer import RunState
-from skillstate.store import StoredEvent, Store
+from skillstate.store import Store, StoredEvent
 from skillstate.util import sha256_text
 
 T = TypeVar("T")

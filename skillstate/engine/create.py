@@ -30,7 +30,8 @@ def _dataset(config: SkillConfig) -> tuple[dict[str, list[dict[str, Any]]], str 
     from skillstate.sim.world import bundled_skill, bundled_splits
 
     generated = bundled_splits()
-    return {name: generated[default] for name, default in zip(wanted, ("train", "val", "test"))}, bundled_skill()
+    splits = {name: generated[default] for name, default in zip(wanted, ("train", "val", "test"), strict=False)}
+    return splits, bundled_skill()
 
 
 def _initial_skill(config: SkillConfig, default: str | None) -> str:

@@ -10,15 +10,22 @@ from typing import Any
 from skillstate import gate as gate_rules
 from skillstate.config import SkillConfig
 from skillstate.engine.context import RunContext
-from skillstate.engine.parsing import GuidanceReply, MemoReply, parse_reply
+from skillstate.engine.parsing import GuidanceReply, MemoReply, Reply, parse_reply
 from skillstate.engine.prompting import compose, to_json
 from skillstate.engine.stages import evaluate_cached, rollout_items
 from skillstate.events import (
-    EpochCompared, EpochEnded, Event, FinalValidated, ItemResult, MetaSkillWritten, SlowUpdateDecided,
+    EpochCompared,
+    EpochEnded,
+    Event,
+    FinalValidated,
+    ItemResult,
+    MetaSkillWritten,
+    SlowUpdateDecided,
     SlowUpdateProposed,
 )
 from skillstate.guidance import compare, select_pairs, with_guidance
-from skillstate.reducer import RunState
+from skillstate.llm.base import CallResult
+from skillstate.reducer import RunState, boundary_progress, need
 from skillstate.util import seeded_rng
 
 NONE_YET = "(none yet)"
@@ -56,7 +63,7 @@ def boundary_stage(config: SkillConfig, state: RunState) -> str:
 
 def compare_epochs(ctx: RunContext, state: RunState) -> list[Event]:
     epoch = state.last_completed_step // state.steps_per_epoch
-    previous, current = state.epoch_skills[epoch], state.current_skill
+    previous, current = state.epoch_skills[epoch], need(state.current_skill, "the current skill")
     ids = [item["id"] for item in ctx.env.items(ctx.config.train_split)]
     n = min(ctx.config.slow_update_samples, len(ids))
     sample = seeded_rng("slow_update", ctx.config.seed, epoch).sample(ids, n)
@@ -84,9 +91,10 @@ def comparison_view(ctx: RunContext, comparison: EpochCompared) -> list[dict[str
     return out
 
 
-def _ask(ctx: RunContext, state: RunState, name: str, model, field: str, **values):
+def _ask(ctx: RunContext, state: RunState, name: str, model: type[Reply], field: str,
+         **values: Any) -> tuple[str, Reply | None, CallResult]:
     """One epoch-boundary optimizer call over the comparison: (status, reply, call result)."""
-    comparison = state.boundary.comparison
+    comparison = boundary_progress(state).comparison
     result = ctx.optimizer(compose(ctx, state, name, comparison=to_json(comparison_view(ctx, comparison)),
                                    previous_skill=ctx.blob(comparison.previous_skill),
                                    skill=ctx.blob(comparison.skill), **values), reply=model)
@@ -99,22 +107,22 @@ def _ask(ctx: RunContext, state: RunState, name: str, model, field: str, **value
 
 
 def slow_update(ctx: RunContext, state: RunState) -> list[Event]:
-    epoch = state.boundary.epoch
+    epoch = boundary_progress(state).epoch
     status, reply, result = _ask(ctx, state, "slow_update", GuidanceReply, "guidance",
                                  guidance=state.guidance or NONE_YET)
     if reply is None:
         return [SlowUpdateProposed(epoch=epoch, status=status, reasoning=result.error or "", call=result.ref)]
-    skill = ctx.put_blob(with_guidance(ctx.blob(state.current_skill), reply.guidance))
+    skill = ctx.put_blob(with_guidance(ctx.blob(need(state.current_skill, "the current skill")), reply.guidance))
     return [SlowUpdateProposed(epoch=epoch, status="ok", guidance=reply.guidance.strip("\n"),
                                reasoning=reply.reasoning, skill=skill, call=result.ref)]
 
 
 def slow_update_decide(ctx: RunContext, state: RunState) -> list[Event]:
     """Score the slow-updated skill; force it into the current skill, or gate it."""
-    b = state.boundary
-    su = b.slow_update
-    current, best = state.current_score, state.best_score
-    common = dict(epoch=b.epoch, current_score=current, best_score=best)
+    b = boundary_progress(state)
+    su = need(b.slow_update, "SlowUpdateProposed")
+    current, best = need(state.current_score, "the current score"), need(state.best_score, "the best score")
+    common: dict[str, Any] = dict(epoch=b.epoch, current_score=current, best_score=best)
     if su.status != "ok" or not su.skill:
         return [SlowUpdateDecided(decision=gate_rules.SKIP, forced=False, candidate_score=None,
                                   reason=f"slow update reply {su.status}; the skill is unchanged", **common)]
@@ -134,17 +142,18 @@ def slow_update_decide(ctx: RunContext, state: RunState) -> list[Event]:
 def meta_skill(ctx: RunContext, state: RunState) -> list[Event]:
     status, reply, result = _ask(ctx, state, "meta_skill", MemoReply, "memo", memo=state.memo or NONE_YET)
     memo = reply.memo.strip() if reply is not None else ""
-    return [MetaSkillWritten(epoch=state.boundary.epoch, status=status, memo=memo, call=result.ref)]
+    return [MetaSkillWritten(epoch=boundary_progress(state).epoch, status=status, memo=memo, call=result.ref)]
 
 
 def end_epoch(ctx: RunContext, state: RunState) -> list[Event]:
-    return [EpochEnded(epoch=state.boundary.epoch, skill=state.current_skill)]
+    return [EpochEnded(epoch=boundary_progress(state).epoch, skill=need(state.current_skill, "the current skill"))]
 
 
 def final_validate(ctx: RunContext, state: RunState) -> list[Event]:
     """The final current skill (slow-updated, scored on the selection split
     when it was accepted) replaces the best when it beats it."""
-    score, best = state.current_score, state.best_score
+    score, best = state.current_score, need(state.best_score, "the best score")
     promoted = state.current_skill != state.best_skill and score is not None and score > best
-    return [FinalValidated(skill=state.current_skill, score=score, best_score=best, promoted=promoted)]
+    return [FinalValidated(skill=need(state.current_skill, "the current skill"), score=score, best_score=best,
+                           promoted=promoted)]
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 from dataclasses import dataclass
+from typing import cast
 
 from skillstate.chain import check_chain
 from skillstate.config import SkillConfig, validate_config
 from skillstate.errors import CorruptLogError, NotFoundError
 from skillstate.events import BaselineEvaluated, GateDecided, RunForked
 from skillstate.reducer import RunState, fold
-from skillstate.store import GENESIS, StoredEvent, Store
+from skillstate.store import GENESIS, Store, StoredEvent
 
 
 def new_run_id(prefix: str = "run") -> str:
@@ -49,7 +50,8 @@ def step_boundary(stored: list[StoredEvent], step: int) -> int:
             return i + 1
         if step > 0 and s.type == GateDecided.type and s.step == step:
             return i + 1
-    last = max((s.step for s in stored if s.type == GateDecided.type), default=None)
+    # cast: a GateDecided payload always holds its step (a required field of the event)
+    last = max((cast(int, s.step) for s in stored if s.type == GateDecided.type), default=None)
     run = f"run {stored[-1].run_id!r}" if stored else "the run"
     if last is None and not any(s.type == BaselineEvaluated.type for s in stored):
         raise NotFoundError(f"step {step} is beyond the end of {run} (no baseline yet)")

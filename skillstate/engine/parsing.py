@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -74,6 +74,8 @@ class RankReply(BaseModel):
     selected_indices: list[int]
 
 
+Reply = TypeVar("Reply", bound=BaseModel)
+
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
 
@@ -92,7 +94,7 @@ def extract_json(text: str) -> Any:
     return None
 
 
-def parse_reply(text: str, model: type[BaseModel]):
+def parse_reply(text: str, model: type[Reply]) -> Reply | None:
     """The reply as `model`, or None when it is not JSON of that shape."""
     data = extract_json(text)
     if data is None:

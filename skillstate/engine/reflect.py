@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from skillstate.engine.context import RunContext, item_view
 from skillstate.engine.parsing import AnalystReply, MergeReply, SkillReply, SuggestionReply, parse_reply
 from skillstate.engine.prompting import compose, edits_json, to_json
 from skillstate.events import Edit, Event, ItemResult, MergeCall, PatchesMerged, PatchProposed
-from skillstate.reducer import RunState
+from skillstate.reducer import RunState, need, step_progress
 from skillstate.util import chunked, seeded_rng
 
 Minibatch = tuple[int, str, int, list[str]]  # (sub-batch, source, index, item ids)
 
 ANALYST_PROMPTS = {"patch": "{}_analyst", "rewrite": "{}_suggestions", "full_rewrite": "{}_rewrite"}
+ANALYST_REPLIES: dict[str, type[AnalystReply] | type[SuggestionReply] | type[SkillReply]] = {
+    "patch": AnalystReply, "rewrite": SuggestionReply, "full_rewrite": SkillReply,
+}
+
+T = TypeVar("T")
 
 
 def plan_minibatches(results: list[ItemResult], seed: int, step: int, size: int, failure_only: bool,
@@ -25,7 +31,7 @@ def plan_minibatches(results: list[ItemResult], seed: int, step: int, size: int,
     groups = [("failure", [r.item_id for r in results if r.hard < 1])]
     if not failure_only:
         groups.append(("success", [r.item_id for r in results if r.hard >= 1]))
-    plan = []
+    plan: list[tuple[str, int, list[str]]] = []
     for source, ids in groups:
         extra = (sub_batch,) if sub_batch else ()
         seeded_rng("reflect", seed, step, source, *extra).shuffle(ids)
@@ -36,10 +42,10 @@ def plan_minibatches(results: list[ItemResult], seed: int, step: int, size: int,
 def step_plan(ctx: RunContext, state: RunState) -> list[Minibatch]:
     """Every analyst call of the step: with accumulation, each sub-batch is
     cut into its own minibatches and never mixed with another."""
-    p = state.progress
+    p = step_progress(state)
     cfg = ctx.config
     subs = p.sub_batches or (p.batch_item_ids,)
-    by_id = {r.item_id: r for r in p.rollout.results}
+    by_id = {r.item_id: r for r in need(p.rollout, "RolloutCompleted").results}
     plan: list[Minibatch] = []
     for j, ids in enumerate(subs):
         results = [by_id[i] for i in ids]
@@ -49,37 +55,39 @@ def step_plan(ctx: RunContext, state: RunState) -> list[Minibatch]:
 
 
 def pending_minibatches(ctx: RunContext, state: RunState) -> list[Minibatch]:
-    done = {(patch.sub_batch, patch.source, patch.minibatch) for patch in state.progress.patches}
+    done = {(patch.sub_batch, patch.source, patch.minibatch) for patch in step_progress(state).patches}
     return [mb for mb in step_plan(ctx, state) if mb[:3] not in done]
 
 
 def reflect(ctx: RunContext, state: RunState) -> list[Event]:
-    p = state.progress
+    p = step_progress(state)
     mode = ctx.config.update_mode
-    by_id = {r.item_id: r for r in p.rollout.results}
+    by_id = {r.item_id: r for r in need(p.rollout, "RolloutCompleted").results}
     skill = ctx.blob(p.base_skill)
 
     def analyse(mb: Minibatch) -> PatchProposed:
         sub, source, index, ids = mb
-        views = [item_view(ctx.env, by_id[i], json.loads(ctx.blob(by_id[i].trajectory))) for i in ids]
+        views = [item_view(ctx.env, by_id[i], json.loads(ctx.blob(need(by_id[i].trajectory, "a trajectory"))))
+                 for i in ids]
         prompt = compose(ctx, state, ANALYST_PROMPTS[mode].format(source), memo=True, buffer=True, skill=skill,
                          budget=p.edit_budget, trajectories=to_json(views))
-        model = {"patch": AnalystReply, "rewrite": SuggestionReply, "full_rewrite": SkillReply}[mode]
+        model = ANALYST_REPLIES[mode]
         result = ctx.optimizer(prompt, reply=model)
-        common = dict(step=p.step, source=source, minibatch=index, item_ids=ids, call=result.ref, sub_batch=sub)
+        common: dict[str, Any] = dict(step=p.step, source=source, minibatch=index, item_ids=ids, call=result.ref,
+                                      sub_batch=sub)
         if not result.ok:
             return PatchProposed(status="error", reasoning=result.error or "", **common)
         reply = parse_reply(result.text, model)
         if reply is None:
             return PatchProposed(status="unparseable", reply=ctx.put_blob(result.text), **common)
         extra: dict[str, Any] = {}
-        if mode == "patch":
+        if isinstance(reply, AnalystReply):  # update_mode patch
             extra["edits"] = [Edit(op=e.op, target=e.target, content=e.content, source=source, support=len(ids))
                               for e in reply.edits]
-        elif mode == "rewrite":
+        elif isinstance(reply, SuggestionReply):  # update_mode rewrite
             extra["edits"] = [Edit(op="suggest", content=s, source=source, support=len(ids))
                               for s in reply.suggestions if s.strip()]
-        else:
+        else:  # update_mode full_rewrite
             extra["skill"] = ctx.put_blob(reply.skill)
         return PatchProposed(status="ok", reasoning=reply.reasoning, failure_summary=reply.failure_summary,
                              **extra, **common)
@@ -103,7 +111,8 @@ def _adopt(reply_edits, inputs: list[Edit], source: str) -> list[Edit]:
                  support=support.get((e.op, e.target, e.content), top)) for e in reply_edits]
 
 
-def merge_levels(ctx: RunContext, items: list, merge_group) -> tuple[Any, list[MergeCall]]:
+def merge_levels(ctx: RunContext, items: list[T],
+                 merge_group: Callable[[int, list[T]], tuple[T, MergeCall]]) -> tuple[T | None, list[MergeCall]]:
     """Merge `items` level by level in groups of merge_batch_size; a group
     of one passes through. `merge_group(level, group)` returns (merged, call)."""
     current = list(items)
@@ -111,8 +120,11 @@ def merge_levels(ctx: RunContext, items: list, merge_group) -> tuple[Any, list[M
     level = 0
     while len(current) > 1:
         level += 1
-        outcomes = ctx.map(lambda g, lv=level: (g[0], None) if len(g) == 1 else merge_group(lv, g),
-                           chunked(current, ctx.config.merge_batch_size))
+
+        def merge_or_pass(g: list[T], lv: int = level) -> tuple[T, MergeCall | None]:
+            return (g[0], None) if len(g) == 1 else merge_group(lv, g)
+
+        outcomes = ctx.map(merge_or_pass, chunked(current, ctx.config.merge_batch_size))
         current = [merged for merged, _ in outcomes]
         calls.extend(call for _, call in outcomes if call is not None)
     return (current[0] if current else None), calls
@@ -132,8 +144,9 @@ def merge_tree(ctx: RunContext, state: RunState, side: str, skill: str,
         merged = flat if reply is None else _adopt(reply.edits, flat, side)
         return merged, MergeCall(level=level, side=side, inputs=len(group), status=status, call=result.ref)
 
-    merged, calls = merge_levels(ctx, [p for p in patches if p], merge_group)
-    return merged or [], calls
+    merged = merge_levels(ctx, [p for p in patches if p], merge_group)  # not unpacked here: mypy would
+    edits, calls = merged  # then solve the type variable from the targets, as list[Edit] | None
+    return edits or [], calls
 
 
 def merge_skill_tree(ctx: RunContext, state: RunState, side: str, skill: str,
@@ -152,13 +165,15 @@ def _merge_skills(ctx: RunContext, state: RunState, skill: str, versions: list[t
     result = ctx.optimizer(compose(ctx, state, "merge_skills", memo=True, skill=skill, skills=to_json(payload)),
                            reply=SkillReply)
     reply = parse_reply(result.text, SkillReply) if result.ok else None
-    status = "fallback" if reply is None or not reply.skill.strip() else "ok"
-    merged = versions[0][1] if status == "fallback" else reply.skill
+    if reply is None or not reply.skill.strip():
+        status, merged = "fallback", versions[0][1]
+    else:
+        status, merged = "ok", reply.skill
     return merged, MergeCall(level=level, side=side, inputs=len(versions), status=status, call=result.ref)
 
 
 def aggregate(ctx: RunContext, state: RunState) -> list[Event]:
-    p = state.progress
+    p = step_progress(state)
     skill = ctx.blob(p.base_skill)
     if ctx.config.update_mode == "full_rewrite":
         return [_aggregate_skills(ctx, state, skill)]
@@ -186,7 +201,7 @@ def aggregate(ctx: RunContext, state: RunState) -> list[Event]:
 
 
 def _aggregate_skills(ctx: RunContext, state: RunState, skill: str) -> PatchesMerged:
-    p = state.progress
+    p = step_progress(state)
     sides: dict[str, str | None] = {}
     calls: list[MergeCall] = []
     for side in ("failure", "success"):

@@ -7,7 +7,7 @@ both are re-exported here, the engine's one entry point."""
 from __future__ import annotations
 
 import json
-from typing import Callable
+from collections.abc import Callable
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -15,10 +15,23 @@ from skillstate.config import RUNTIME_KEYS, SkillConfig, redact, validate_config
 from skillstate.engine import epoch, reflect, stages, update
 from skillstate.engine.context import ProgressCallback, RunContext, RunLog, StoreLog
 from skillstate.engine.create import (  # noqa: F401  (re-exported)
-    FIXED_ON_FORK, MAX_TOTAL_STEPS, check_schedule, create_run, fork_run, preflight,
+    FIXED_ON_FORK,
+    MAX_TOTAL_STEPS,
+    check_schedule,
+    create_run,
+    fork_run,
+    preflight,
 )
 from skillstate.engine.loading import (  # noqa: F401  (re-exported)
-    LoadedRun, config_of, lineage_events, lineage_run_ids, load_run, new_run_id, roles_of, state_of, step_boundary,
+    LoadedRun,
+    config_of,
+    lineage_events,
+    lineage_run_ids,
+    load_run,
+    new_run_id,
+    roles_of,
+    state_of,
+    step_boundary,
 )
 from skillstate.envs import QAEnv
 from skillstate.envs.base import SkillEnv

@@ -4,15 +4,27 @@ and returns the events it produces; none of them writes anything itself."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from skillstate import gate as gate_rules
 from skillstate.engine.context import RunContext
 from skillstate.events import (
-    BaselineEvaluated, CandidateEvaluated, Event, GateDecided, ItemResult, RolloutCompleted, RunCompleted, Scores,
-    SplitScore, StepStarted, TestEvaluated, Usage, usage_of,
+    BaselineEvaluated,
+    CandidateEvaluated,
+    Event,
+    GateDecided,
+    ItemResult,
+    RolloutCompleted,
+    RunCompleted,
+    Scores,
+    SplitScore,
+    StepStarted,
+    TestEvaluated,
+    Usage,
+    usage_of,
 )
-from skillstate.reducer import RunState, cache_key
+from skillstate.reducer import RunState, cache_key, need, step_progress
 from skillstate.scheduler import edit_budget, epoch_batches, position
 from skillstate.util import canonical_json
 
@@ -61,9 +73,9 @@ def evaluate(ctx: RunContext, skill_hash: str, split: str) -> tuple[Scores, str,
 
 
 def baseline(ctx: RunContext, state: RunState) -> list[Event]:
-    split = ctx.config.val_split
-    scores, blob, usage = evaluate(ctx, state.initial_skill, split)
-    return [BaselineEvaluated(split=split, skill=state.initial_skill, scores=scores, results=blob, usage_by_role=usage)]
+    split, skill = ctx.config.val_split, need(state.initial_skill, "the initial skill")
+    scores, blob, usage = evaluate(ctx, skill, split)
+    return [BaselineEvaluated(split=split, skill=skill, scores=scores, results=blob, usage_by_role=usage)]
 
 
 def start_step(ctx: RunContext, state: RunState) -> list[Event]:
@@ -79,7 +91,7 @@ def start_step(ctx: RunContext, state: RunState) -> list[Event]:
 
 
 def rollout(ctx: RunContext, state: RunState) -> list[Event]:
-    p = state.progress
+    p = step_progress(state)
     results = rollout_items(ctx, ctx.blob(p.base_skill), [ctx.env.item(i) for i in p.batch_item_ids])
     return [RolloutCompleted(step=p.step, skill=p.base_skill, results=results)]
 
@@ -88,8 +100,8 @@ def rollout(ctx: RunContext, state: RunState) -> list[Event]:
 
 
 def evaluate_candidate(ctx: RunContext, state: RunState) -> list[Event]:
-    p = state.progress
-    split, skill = ctx.config.val_split, p.candidate.skill
+    p = step_progress(state)
+    split, skill = ctx.config.val_split, need(p.candidate, "CandidateBuilt").skill
     scores, blob, usage = evaluate_cached(ctx, state, skill, split)
     return [CandidateEvaluated(step=p.step, split=split, skill=skill, scores=scores, cached=blob is None, results=blob,
                                usage_by_role=usage)]
@@ -110,25 +122,26 @@ def evaluate_cached(ctx: RunContext, state: RunState, skill: str,
 
 
 def decide(ctx: RunContext, state: RunState) -> list[Event]:
-    p = state.progress
-    current, best = state.current_score, state.best_score
+    p = step_progress(state)
+    current, best = need(state.current_score, "the current score"), need(state.best_score, "the best score")
     skip = skip_reason(state, ctx.config.update_mode)
     if skip:
         return [GateDecided(step=p.step, decision=gate_rules.SKIP, candidate_score=None, current_score=current,
                             best_score=best, reason=skip)]
-    score = p.evaluation.scores.gate
+    score = need(p.evaluation, "CandidateEvaluated").scores.gate
+    candidate = need(p.candidate, "CandidateBuilt")
     decision, reason, forced = gate_decision(score, current, best, ctx.config.use_gate)
-    if not p.candidate.changed:
+    if not candidate.changed:
         reason += "; candidate identical to the current skill"
-    if p.candidate.status != "ok":
-        reason += f"; the rewrite call failed ({p.candidate.status})"
+    if candidate.status != "ok":
+        reason += f"; the rewrite call failed ({candidate.status})"
     return [GateDecided(step=p.step, decision=decision, candidate_score=score, current_score=current,
                         best_score=best, reason=reason, forced=forced)]
 
 
 def skip_reason(state: RunState, update_mode: str) -> str | None:
     """Why the step ends without a candidate, or None when it has one to gate."""
-    p = state.progress
+    p = step_progress(state)
     if p.merged is None:
         return None
     if update_mode == "full_rewrite" and p.merged.skill is None:
@@ -157,9 +170,9 @@ def gate_decision(score: float, current: float, best: float, use_gate: bool) -> 
 # --- end of run --------------------------------------------------------------
 
 
-def test_eval(label: str):
+def test_eval(label: str) -> Callable[[RunContext, RunState], list[Event]]:
     def stage(ctx: RunContext, state: RunState) -> list[Event]:
-        skill = state.initial_skill if label == "baseline" else state.best_skill
+        skill = need(state.initial_skill if label == "baseline" else state.best_skill, f"the {label} skill")
         split = ctx.config.test_split
         scores, blob, usage = evaluate(ctx, skill, split)
         return [TestEvaluated(label=label, split=split, skill=skill, scores=scores, results=blob, usage_by_role=usage)]
@@ -170,11 +183,13 @@ def test_eval(label: str):
 def eval_skill(ctx: RunContext, state: RunState) -> list[Event]:
     """An evaluation run: score its skill on its split."""
     split = state.eval_split or ctx.config.test_split
-    scores, blob, usage = evaluate(ctx, state.initial_skill, split)
-    return [TestEvaluated(label="eval", split=split, skill=state.initial_skill, scores=scores, results=blob,
-                          usage_by_role=usage)]
+    skill = need(state.initial_skill, "the initial skill")
+    scores, blob, usage = evaluate(ctx, skill, split)
+    return [TestEvaluated(label="eval", split=split, skill=skill, scores=scores, results=blob, usage_by_role=usage)]
 
 
 def complete(ctx: RunContext, state: RunState) -> list[Event]:
-    return [RunCompleted(steps=state.last_completed_step, best_step=state.best_step, best_score=state.best_score,
-                         current_score=state.current_score, best_skill=state.best_skill)]
+    return [RunCompleted(steps=state.last_completed_step, best_step=state.best_step,
+                         best_score=need(state.best_score, "the best score"),
+                         current_score=need(state.current_score, "the current score"),
+                         best_skill=need(state.best_skill, "the best skill"))]

@@ -6,6 +6,7 @@ is protected in code here, whatever the edits or the rewrite did."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from skillstate.editor import CHANGED, apply_edits
 from skillstate.engine.context import RunContext
@@ -13,7 +14,7 @@ from skillstate.engine.parsing import RankReply, SkillReply, extract_json, parse
 from skillstate.engine.prompting import compose, edits_json, to_json
 from skillstate.events import CandidateBuilt, Edit, EditsSelected, Event, LearningRateChosen
 from skillstate.guidance import body_of, guidance_of, protect, with_guidance
-from skillstate.reducer import RunState
+from skillstate.reducer import RunState, need, step_progress
 from skillstate.scheduler import clamp_edit_count
 
 
@@ -24,9 +25,9 @@ def fallback_order(edits: list[Edit]) -> list[int]:
 
 def choose_learning_rate(ctx: RunContext, state: RunState) -> list[Event]:
     """lr_control autonomous: one call decides how many edits to apply."""
-    p = state.progress
-    edits = p.merged.edits
-    results = p.rollout.results
+    p = step_progress(state)
+    edits = need(p.merged, "PatchesMerged").edits
+    results = need(p.rollout, "RolloutCompleted").results
     batch = {
         "items": len(results), "solved": sum(1 for r in results if r.hard >= 1),
         "hard": round(sum(r.hard for r in results) / len(results), 4) if results else 0.0,
@@ -34,9 +35,10 @@ def choose_learning_rate(ctx: RunContext, state: RunState) -> list[Event]:
         "current_score": state.current_score, "best_score": state.best_score,
         "scheduler_budget": p.edit_budget,
     }
-    result = ctx.optimizer(compose(ctx, state, "learning_rate", buffer=True, skill=ctx.blob(p.base_skill), batch=to_json(batch),
-                                   edits=to_json(edits_json(edits, with_index=True)), candidates=len(edits)))
-    common = dict(step=p.step, candidates=len(edits), call=result.ref)
+    result = ctx.optimizer(compose(ctx, state, "learning_rate", buffer=True, skill=ctx.blob(p.base_skill),
+                                   batch=to_json(batch), edits=to_json(edits_json(edits, with_index=True)),
+                                   candidates=len(edits)))
+    common: dict[str, Any] = dict(step=p.step, candidates=len(edits), call=result.ref)
     if not result.ok:
         return [LearningRateChosen(status="error", chosen=0, reasoning=result.error or "", **common)]
     data = extract_json(result.text)
@@ -49,17 +51,17 @@ def choose_learning_rate(ctx: RunContext, state: RunState) -> list[Event]:
 
 
 def select(ctx: RunContext, state: RunState) -> list[Event]:
-    p = state.progress
-    edits = p.merged.edits
+    p = step_progress(state)
+    edits = need(p.merged, "PatchesMerged").edits
     budget = p.learning_rate.chosen if p.learning_rate is not None else p.edit_budget
     if len(edits) <= budget or budget == 0:
-        indices = list(range(len(edits)))[:budget]
+        indices: list[int] = list(range(len(edits)))[:budget]
         return [EditsSelected(step=p.step, budget=budget, candidates=len(edits), method="all" if budget else "none",
                               selected_indices=indices, edits=[edits[i] for i in indices])]
     result = ctx.optimizer(compose(ctx, state, "rank", memo=True, skill=ctx.blob(p.base_skill), budget=budget,
                                    edits=to_json(edits_json(edits, with_index=True))), reply=RankReply)
     reply = parse_reply(result.text, RankReply) if result.ok else None
-    indices: list[int] = []
+    indices = []
     if reply is not None:
         for i in reply.selected_indices:
             if 0 <= i < len(edits) and i not in indices:
@@ -85,18 +87,18 @@ def patch_skill(base: str, edits: list[Edit]):
 
 
 def update(ctx: RunContext, state: RunState) -> list[Event]:
-    p = state.progress
+    p = step_progress(state)
     base = ctx.blob(p.base_skill)
     mode = ctx.config.update_mode
     extra: dict = {"method": mode}
     if mode == "patch":
-        text, report, restored = patch_skill(base, p.selected.edits)
+        text, report, restored = patch_skill(base, need(p.selected, "EditsSelected").edits)
         extra["report"] = report
     elif mode == "full_rewrite":
-        text, restored = protect(base, ctx.blob(p.merged.skill))
+        text, restored = protect(base, ctx.blob(need(need(p.merged, "PatchesMerged").skill, "the merged skill")))
         extra["report"] = []
     else:
-        suggestions = [e.content for e in p.selected.edits]
+        suggestions = [e.content for e in need(p.selected, "EditsSelected").edits]
         result = ctx.optimizer(compose(ctx, state, "rewrite", buffer=True, skill=body_of(base),
                                        suggestions=to_json(suggestions)), reply=SkillReply)
         reply = parse_reply(result.text, SkillReply) if result.ok else None

@@ -21,7 +21,7 @@ class ChatRequest:
 
     @classmethod
     def build(cls, backend: str, model: str, messages: list[dict[str, str]], temperature: float | None,
-              max_tokens: int, response_format: dict[str, Any] | None = None) -> "ChatRequest":
+              max_tokens: int, response_format: dict[str, Any] | None = None) -> ChatRequest:
         fmt = canonical_json(response_format) if response_format is not None else None
         return cls(backend, model, tuple((m["role"], m["content"]) for m in messages), temperature, max_tokens, fmt)
 
@@ -52,7 +52,7 @@ class ChatResponse:
                 "completion_tokens": self.completion_tokens, "finish_reason": self.finish_reason}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ChatResponse":
+    def from_dict(cls, data: dict[str, Any]) -> ChatResponse:
         return cls(data.get("text", ""), data.get("prompt_tokens", 0), data.get("completion_tokens", 0),
                    data.get("finish_reason"))
 

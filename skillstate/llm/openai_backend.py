@@ -102,7 +102,8 @@ class OpenAIBackend:
         try:
             self.complete(probe)
         except CallFailed as err:
-            raise FatalLLMError(f"the {self.role} endpoint {self.endpoint} did not answer a test request: {err}") from None
+            raise FatalLLMError(f"the {self.role} endpoint {self.endpoint} did not answer a test request: "
+                                f"{err}") from None
 
     # -- messages -----------------------------------------------------------
 
@@ -206,7 +207,8 @@ def parse_chat_body(text: str, content_type: str, fatal) -> ChatResponse:
     content = message.get("content") if isinstance(message, dict) else None
     if message is not None and not isinstance(message, dict) or content is not None and not isinstance(content, str):
         raise CallFailed(f"malformed reply: choices[0].message is {json.dumps(message)[:60]}")
-    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    usage = body.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
     return ChatResponse(
         text=content or "",
         prompt_tokens=_int(usage.get("prompt_tokens")),

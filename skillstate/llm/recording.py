@@ -11,6 +11,7 @@ the log does not hold is a divergence.
 from __future__ import annotations
 
 import time
+from typing import cast
 
 from skillstate.config import redact
 from skillstate.errors import ReplayMissError
@@ -42,8 +43,8 @@ class RecordingClient:
         if row is not None:
             self.served += 1
             self.health.served(self.role)
-            resp = ChatResponse.from_dict(row.response or {})
-            return CallResult(self._ref(h, resp), text=resp.text, cached=True)
+            recorded = ChatResponse.from_dict(row.response or {})
+            return CallResult(self._ref(h, recorded), text=recorded.text, cached=True)
         self.health.check()
         if self.budget is not None:
             self.budget.check()
@@ -70,7 +71,8 @@ class RecordingClient:
         self.health.record(self.role, error)
         if error is not None:
             return CallResult(CallRef(request_hash=h, role=self.role, error=error), error=error)
-        return CallResult(self._ref(h, resp), text=resp.text)
+        reply = cast(ChatResponse, resp)  # error is None only after a reply: every failure above sets it
+        return CallResult(self._ref(h, reply), text=reply.text)
 
     def unusable(self, request: ChatRequest, resp: ChatResponse) -> str | None:
         """Why a well-formed reply is still a failed call, if it is. An empty

@@ -8,6 +8,6 @@ right rule for a failing task type more often than not, but also useless and
 harmful ones. So a default run learns, and the gate has things to reject.
 """
 
-from skillstate.sim.world import SimWorld, bundled_splits, bundled_skill
+from skillstate.sim.world import SimWorld, bundled_skill, bundled_splits
 
 __all__ = ["SimWorld", "bundled_splits", "bundled_skill"]

@@ -9,8 +9,8 @@ import re
 from collections import Counter
 from typing import Any
 
-from skillstate.events import Edit
 from skillstate.editor import apply_edits
+from skillstate.events import Edit
 from skillstate.sim.world import HARMS, USELESS, SimWorld
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any, cast
 
 from skillstate.sim.backend import SimBackend, _tokens
 from skillstate.sim.world import SimWorld
@@ -61,10 +62,11 @@ class SimServer:
 
     @property
     def base_url(self) -> str:
-        host, port = self.httpd.server_address[:2]
+        # cast: an AF_INET server's address is (host as str, port); typeshed also allows a bytes host
+        host, port = cast(tuple[str, int], self.httpd.server_address[:2])
         return f"http://{host}:{port}/v1"
 
-    def start(self) -> "SimServer":
+    def start(self) -> SimServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="sim-server", daemon=True)
         self._thread.start()
         return self
@@ -75,7 +77,7 @@ class SimServer:
             self._thread = None
         self.httpd.server_close()
 
-    def __enter__(self) -> "SimServer":
+    def __enter__(self) -> SimServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -31,7 +31,8 @@ RULES: dict[str, Rule] = {r.task_type: r for r in (
         "Evaluate arithmetic expressions with the usual order of operations (× and ÷ before + and −).",
     ), 0.40),
     Rule("unit_conversion", "conversion factor", (
-        "For unit conversions, write down the conversion factor (1 km = 1000 m, 1 kg = 1000 g, 1 h = 60 min) and multiply.",
+        "For unit conversions, write down the conversion factor (1 km = 1000 m, 1 kg = 1000 g, 1 h = 60 min) and "
+        "multiply.",
         "Convert units by multiplying by the conversion factor between them; check the result's magnitude.",
     ), 0.35),
     Rule("date_reasoning", "modulo 7", (
@@ -203,7 +204,7 @@ def bundled_splits(sizes: dict[str, int] | None = None, seed: int = 7) -> dict[s
     seen: set[str] = set()
     out: dict[str, list[dict[str, Any]]] = {}
     for split, size in sizes.items():
-        items = []
+        items: list[dict[str, Any]] = []
         while len(items) < size:
             kind = kinds[len(items) % len(kinds)]
             item = _make(kind, rng)
