@@ -8,13 +8,12 @@ from pathlib import Path
 
 import click
 
+from skillstate.cli.app import cli, echo_json, step_arg
+from skillstate.cli.app import existing_db_option as db_option
+from skillstate.cli.render import fmt, history_lines, log_lines, run_rows, runs_lines, summary_text
 from skillstate.errors import UserError
 from skillstate.store import open_store
 from skillstate.util import is_step, parse_step
-
-from skillstate.cli.app import cli, echo_json, step_arg
-from skillstate.cli.app import existing_db_option as db_option
-from skillstate.cli.render import event_summary, fmt, run_rows, summary_text
 
 
 def positional(args: tuple[str, ...]) -> tuple[str, ...]:
@@ -43,11 +42,7 @@ def runs(as_json, db) -> None:
     if not rows:
         click.echo("no runs yet; start one with: skillstate run")
         return
-    click.echo(f"{'run':32} {'parent':>28} {'status':>14} {'baseline':>9} {'best':>7} {'at':>4}")
-    for r in rows:
-        parent = f"{r['parent_run_id']}@{r['fork_step']}" if r["parent_run_id"] else ""
-        click.echo(f"{r['run_id']:32} {parent:>28} {r['status']:>14} {fmt(r['baseline_score']):>9} "
-                   f"{fmt(r['best_score']):>7} {r['best_step']:>4}")
+    click.echo("\n".join(runs_lines(rows)))
 
 
 @cli.command()
@@ -79,11 +74,7 @@ def log(run_id, step, lineage, as_json, db) -> None:
                     "prev_hash": s.prev_hash, "created_at": s.created_at, "payload": json.loads(s.payload)}
                    for s in events])
         return
-    for s in events:
-        st = s.step
-        who = f"{s.run_id}:" if lineage else ""
-        click.echo(f"{who}{s.seq:>5}  {s.type:18} {'' if st is None else 'step ' + str(st):>8}  "
-                   f"{event_summary(s.event)}")
+    click.echo("\n".join(log_lines(events, lineage)))
 
 
 @cli.command()
@@ -100,9 +91,9 @@ def show(run_id, step, as_json, db) -> None:
         skillstate show
         skillstate show --step 4
     """
+    from skillstate.cli.steps import step_detail
     from skillstate.engine.runner import load_run
     from skillstate.history import run_summary
-    from skillstate.cli.steps import step_detail
 
     store = open_store(db, create=False)
     loaded = load_run(store, run_id)
@@ -112,11 +103,9 @@ def show(run_id, step, as_json, db) -> None:
             echo_json(summary)
         else:
             click.echo(summary_text(summary))
-            click.echo("")
-            click.echo("step  epoch  budget  decision      candidate  current  best")
-            for rec in loaded.state.history:
-                click.echo(f"{rec.step:>4}  {rec.epoch:>5}  {rec.edit_budget:>6}  {rec.decision:12}  "
-                           f"{fmt(rec.candidate_score):>9}  {fmt(rec.current_score):>7}  {fmt(rec.best_score):>5}")
+            if summary.get("kind") != "eval":  # an evaluation run has no steps
+                click.echo("")
+                click.echo("\n".join(history_lines(loaded.state.history)))
         return
     detail = step_detail(store, loaded, parse_step(step))
     if as_json:

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import sys
+import textwrap
+from dataclasses import dataclass
 from typing import Any
 
 import click
+from rich.box import Box
+from rich.cells import cell_len, set_cell_size
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from skillstate.engine.context import Progress
 from skillstate.events import Event
@@ -55,7 +65,8 @@ class ProgressPrinter:
     def line(self, ev: Event, state: RunState) -> str | None:
         t = ev.type
         if t == "BaselineEvaluated":
-            return f"baseline       {ev.split}: hard {fmt(ev.scores.hard)}  soft {fmt(ev.scores.soft)}  gate {fmt(ev.scores.gate)}"
+            sc = ev.scores
+            return f"baseline       {ev.split}: hard {fmt(sc.hard)}  soft {fmt(sc.soft)}  gate {fmt(sc.gate)}"
         if t == "StepStarted":
             return (f"step {ev.step}/{state.total_steps}  epoch {ev.epoch}  budget {ev.edit_budget}  "
                     f"batch {len(ev.batch_item_ids)}")
@@ -93,20 +104,138 @@ class ProgressPrinter:
 EPOCH_EVENTS = ("EpochCompared", "SlowUpdateProposed", "SlowUpdateDecided", "MetaSkillWritten", "FinalValidated")
 
 
-def cost_lines(cost: dict[str, Any]) -> list[str]:
+# --- width-aware text and tables ---------------------------------------------------------
+#
+# Every table the CLI prints goes through `table_lines`: rich lays it out to the
+# output's width, numbers right-aligned, and the columns that hold ids, errors and
+# skill text are cut with an ellipsis instead of wrapping the row. Off a terminal
+# (a pipe, CI, CliRunner) the width is $COLUMNS, else 80, and there is no colour.
+
+# A rule under the header and nothing else, in ASCII: "-----  ---  ----".
+RULE_BOX = Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
+ELLIPSIS = "…"
+DEFAULT_WIDTH = 80
+MIN_SHRUNK = 8  # a cut column keeps at least this many cells (7 characters and the ellipsis)
+
+
+def _stdout_is_tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def output_width() -> int:
+    """The width to render to: $COLUMNS when set (as rich does), else the
+    terminal's width when stdout is one, else 80."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if _stdout_is_tty():
+        try:
+            return os.get_terminal_size(sys.stdout.fileno()).columns or DEFAULT_WIDTH
+        except (AttributeError, ValueError, OSError):
+            pass
+    return DEFAULT_WIDTH
+
+
+def _console(width: int, out: io.StringIO) -> Console:
+    # Colour (bold headers) only on a terminal; force_terminal=False also overrides FORCE_COLOR,
+    # so piped and captured output never holds an escape sequence. markup=False: text such as
+    # "[applied]" is shown as it is.
+    return Console(file=out, width=width, force_terminal=_stdout_is_tty(), highlight=False,
+                   markup=False, emoji=False, legacy_windows=False)
+
+
+def one_line(value: Any) -> str:
+    """A cell's text on one line (an error text may hold newlines)."""
+    return " ".join(str(value).split())
+
+
+def clip(text: str, width: int) -> str:
+    """`text` cut to `width` cells, ending in an ellipsis when cut."""
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return ELLIPSIS[:width]
+    return set_cell_size(text, width - 1) + ELLIPSIS
+
+
+def wrapped(text: str, width: int, indent: str = "    ") -> list[str]:
+    """A sentence folded at spaces into lines of at most `width` cells; the
+    lines after the first are indented."""
+    return textwrap.wrap(text.rstrip(), width=max(width, len(indent) + 8), subsequent_indent=indent,
+                         break_on_hyphens=False) or [""]
+
+
+@dataclass(frozen=True)
+class Col:
+    """A table column: numbers are right-aligned; a `shrink` column (ids, errors,
+    skill text) is the one cut with an ellipsis when the table is too wide."""
+
+    header: str
+    num: bool = False
+    shrink: bool = False
+
+
+def _fit(natural: list[int], shrink: list[bool], room: int) -> list[int]:
+    """Column widths that fit `room`: the widest shrinkable column loses a cell
+    at a time, down to MIN_SHRUNK."""
+    widths = list(natural)
+    floor = [min(n, MIN_SHRUNK) if s else n for n, s in zip(natural, shrink, strict=True)]
+    excess = sum(widths) - room
+    while excess > 0:
+        candidates = [i for i, w in enumerate(widths) if w > floor[i]]
+        if not candidates:
+            break  # only fixed columns left: rich reduces them all evenly, still one line per row
+        i = max(candidates, key=lambda k: widths[k])
+        widths[i] -= 1
+        excess -= 1
+    return widths
+
+
+def table_lines(cols: list[Col], rows: list[list[Any]], width: int | None = None, indent: int = 0) -> list[str]:
+    """The table as lines of at most `width` cells (default: the output's
+    width), one line per row; `indent` spaces before each line."""
+    width = output_width() if width is None else width
+    room = max(width - indent, 10)
+    cells = [[one_line(c) for c in row] for row in rows]
+    natural = [max([cell_len(col.header)] + [cell_len(r[i]) for r in cells]) for i, col in enumerate(cols)]
+    gaps = 2 * (len(cols) - 1)  # a separator and one cell of padding between columns
+    widths = _fit(natural, [c.shrink for c in cols], room - gaps)
+    table = Table(box=RULE_BOX, safe_box=True, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
+                  header_style="bold")
+    for col, w in zip(cols, widths, strict=True):
+        table.add_column(col.header, justify="right" if col.num else "left", no_wrap=True, overflow="ellipsis",
+                         max_width=w)
+    for row in cells:
+        table.add_row(*(Text(c) for c in row))
+    out = io.StringIO()
+    _console(room, out).print(table)
+    pad = " " * indent
+    return [pad + line.rstrip() for line in out.getvalue().splitlines()]
+
+
+def _usd(value: float) -> str:
+    return f"{value:.4f}"
+
+
+def cost_lines(cost: dict[str, Any], width: int | None = None) -> list[str]:
+    width = output_width() if width is None else width
     roles = ("optimizer", "target")
-    lines = [f"cost (USD)      {roles[0]:>10}{roles[1]:>10}{'total':>10}"]
+    rows = []
     for stage, by_role in cost["by_stage"].items():
         vals = [by_role.get(r, 0.0) for r in roles]
-        lines.append(f"  {stage:14}" + "".join(f"{v:>10.4f}" for v in vals) + f"{sum(vals):>10.4f}")
-    vals = [cost["by_role"].get(r, 0.0) for r in roles]
-    lines.append(f"  {'all stages':14}" + "".join(f"{v:>10.4f}" for v in vals) + f"{sum(vals):>10.4f}")
-    vals = [cost["paid_by_role"].get(r, 0.0) for r in roles]
-    lines.append(f"  {'paid (sent)':14}" + "".join(f"{v:>10.4f}" for v in vals) + f"{sum(vals):>10.4f}")
+        rows.append([stage, *map(_usd, vals), _usd(sum(vals))])
+    for label, key in (("all stages", "by_role"), ("paid (sent)", "paid_by_role")):
+        vals = [cost[key].get(r, 0.0) for r in roles]
+        rows.append([label, *map(_usd, vals), _usd(sum(vals))])
+    lines = table_lines([Col("cost (USD)", shrink=True), *(Col(h, num=True) for h in (*roles, "total"))], rows, width)
     models = ", ".join(f"{r} {m}" for r, m in cost["models"].items())
-    lines.append(f"  at list prices per 1M tokens ({models}); the stage rows include calls served from the log")
+    lines.extend(wrapped(f"at list prices per 1M tokens ({models}); the stage rows include calls served from "
+                         "the log", width))
     for model in cost["unpriced_models"]:
-        lines.append(f"  no price for {model}: counted as $0 (set prices in the config)")
+        lines.extend(wrapped(f"no price for {model}: counted as $0 (set prices in the config)", width))
     return lines
 
 
@@ -120,83 +249,137 @@ def printer(quiet: bool):
     return warnings_only if quiet else ProgressPrinter()
 
 
-def eval_text(s: dict[str, Any]) -> str:
+def _headline(run_id: str, rest: str, width: int, sep: str = ": ") -> list[str]:
+    """`run ID<sep>rest`, folded to the width; an id too long for one line is cut."""
+    return wrapped(f"run {clip(run_id, max(width - 5, 8))}{sep}{rest}", width)
+
+
+def eval_text(s: dict[str, Any], width: int | None = None) -> str:
+    width = output_width() if width is None else width
     ev = s["test"].get("eval")
-    lines = [f"eval run {s['run_id']}: {s['status']}"]
+    lines = wrapped(f"eval run {clip(s['run_id'], max(width - 10, 8))}: {s['status']}", width)
     if ev:
-        lines.append(f"  {ev['split']} ({ev['n']} items): hard {fmt(ev['hard'])}  soft {fmt(ev['soft'])}")
+        lines.extend(wrapped(f"  {ev['split']} ({ev['n']} items): hard {fmt(ev['hard'])}  soft {fmt(ev['soft'])}",
+                             width))
         lines.append("")
-        lines.append(f"{'by task type':24}{'n':>4}{'hard':>8}{'soft':>8}")
-        for task, v in ev["by_task_type"].items():
-            lines.append(f"  {task:22}{v['n']:>4}{fmt(v['hard']):>8}{fmt(v['soft']):>8}")
+        lines.extend(table_lines(
+            [Col("by task type", shrink=True), Col("n", num=True), Col("hard", num=True), Col("soft", num=True)],
+            [[task, v["n"], fmt(v["hard"]), fmt(v["soft"])] for task, v in ev["by_task_type"].items()], width))
     lines.append("")
-    lines.extend(usage_lines(s["usage"]))
+    lines.extend(usage_lines(s["usage"], width))
     lines.append("")
-    lines.extend(cost_lines(s["cost"]))
-    lines.extend(failure_lines(s))
+    lines.extend(cost_lines(s["cost"], width))
+    lines.extend(failure_lines(s, width))
     return "\n".join(lines)
 
 
-def failure_lines(s: dict[str, Any]) -> list[str]:
+def failed_calls_table(by_stage: dict[str, Any], width: int, title: str = "failed LLM calls",
+                       indent: int = 0) -> list[str]:
+    """Failed calls per stage and role with the most common error."""
+    rows = [[f"{stage} {role}", v["failed"], v["calls"], f"{v['common_count']}x {v['common']}"]
+            for stage, roles in by_stage.items() for role, v in roles.items()]
+    return table_lines([Col(title), Col("failed", num=True), Col("of calls", num=True),
+                        Col("most common error", shrink=True)], rows, width, indent=indent)
+
+
+def failed_calls_sentence(s: dict[str, Any], width: int) -> str:
+    """The summary's closing line when calls failed: one line, cut to the width."""
+    f = s["failures"]
+    calls = f"{f['failed']} failed LLM call{'s' * (f['failed'] != 1)} of {f['calls']}"
+    for tail in (": its scores count them as failures (details: skillstate show --step N)",
+                 ": its scores count them as failures", ": scored as failures", ""):
+        line = f"run {s['run_id']} {s['status']} with {calls}{tail}"
+        if cell_len(line) <= width:
+            return line
+    fixed = cell_len(line) - cell_len(s["run_id"])
+    if width - fixed >= MIN_SHRUNK:
+        return f"run {clip(s['run_id'], width - fixed)} {s['status']} with {calls}"
+    return clip(line, width)
+
+
+def failure_lines(s: dict[str, Any], width: int | None = None) -> list[str]:
     """Failed LLM calls per stage and role, ending with one line that says so;
     nothing when no call failed."""
+    width = output_width() if width is None else width
     f = s.get("failures") or {}
     if not f.get("failed"):
         return []
-    lines = ["", "failed LLM calls       failed   of calls  most common error"]
-    for stage, roles in f["by_stage"].items():
-        for role, v in roles.items():
-            lines.append(f"  {stage + ' ' + role:20}{v['failed']:>8}{v['calls']:>11}  "
-                         f"{v['common_count']}x {v['common'][:120]}")
-    lines.append(f"run {s['run_id']} {s['status']} with {f['failed']} failed LLM call{'s' * (f['failed'] != 1)} "
-                 f"of {f['calls']}: its scores count them as failures (details: skillstate show --step N)")
-    return lines
+    return ["", *failed_calls_table(f["by_stage"], width), failed_calls_sentence(s, width)]
 
 
-def summary_text(s: dict[str, Any]) -> str:
+def summary_text(s: dict[str, Any], width: int | None = None) -> str:
+    """The summary of a run as printed by run, resume, fork, show and eval,
+    fitted to `width` (default: the output's width)."""
+    width = output_width() if width is None else width
     if s.get("kind") == "eval":
-        return eval_text(s)
-    lines = [
-        f"run {s['run_id']}: {s['status']}, {s['steps']} steps; "
-        f"{s['accepts']} accepted ({s['new_best']} new best), {s['rejects']} rejected, {s['skips']} skipped",
-        "",
-        f"{'':16}{'val (' + str(s['gate_metric']) + ')':>12}{'test hard':>12}{'test soft':>12}",
-    ]
+        return eval_text(s, width)
+    lines = _headline(s["run_id"], f"{s['status']}, {s['steps']} steps; {s['accepts']} accepted "
+                                   f"({s['new_best']} new best), {s['rejects']} rejected, {s['skips']} skipped", width)
+    lines.append("")
     test = s["test"]
+    rows = []
     for label, score, key in (("baseline", s["baseline_score"], "baseline"),
                               (f"best (step {s['best_step']})", s["best_score"], "best")):
         t = test.get(key, {})
-        lines.append(f"{label:16}{fmt(score):>12}{fmt(t.get('hard')):>12}{fmt(t.get('soft')):>12}")
+        rows.append([label, fmt(score), fmt(t.get("hard")), fmt(t.get("soft"))])
+    lines.extend(table_lines([Col("skill"), Col(f"val ({s['gate_metric']})", num=True), Col("test hard", num=True),
+                              Col("test soft", num=True)], rows, width))
     if "baseline" in test and "best" in test:
         lines.append("")
-        lines.extend(task_type_lines(test["baseline"]["by_task_type"], test["best"]["by_task_type"]))
+        lines.extend(task_type_lines(test["baseline"]["by_task_type"], test["best"]["by_task_type"], width))
     lines.append("")
-    lines.extend(usage_lines(s["usage"]))
+    lines.extend(usage_lines(s["usage"], width))
     if s.get("cost"):
         lines.append("")
-        lines.extend(cost_lines(s["cost"]))
-    lines.extend(failure_lines(s))
+        lines.extend(cost_lines(s["cost"], width))
+    lines.extend(failure_lines(s, width))
     return "\n".join(lines)
 
 
-def usage_lines(usage: dict[str, Any]) -> list[str]:
-    lines = ["LLM calls        calls  from log   prompt tok  completion tok"]
-    for role, u in usage.items():
-        served = u["calls"] - u["sent"]
-        lines.append(f"  {role:12}{u['calls']:>8}{max(served, 0):>10}{_n(u['prompt_tokens']):>13}"
-                     f"{_n(u['completion_tokens']):>16}")
-    return lines
+def usage_lines(usage: dict[str, Any], width: int | None = None) -> list[str]:
+    rows = [[role, u["calls"], max(u["calls"] - u["sent"], 0), _n(u["prompt_tokens"]), _n(u["completion_tokens"])]
+            for role, u in usage.items()]
+    return table_lines([Col("LLM calls", shrink=True), *(Col(h, num=True) for h in
+                        ("calls", "from log", "prompt tok", "completion tok"))], rows, width)
 
 
-def task_type_lines(baseline: dict[str, Any], best: dict[str, Any]) -> list[str]:
+def task_type_lines(baseline: dict[str, Any], best: dict[str, Any], width: int | None = None) -> list[str]:
     """Test results per task type, baseline and best side by side."""
-    lines = [f"{'test by task type':24}{'n':>4}{'baseline':>10}{'best':>10}{'change':>9}"]
+    rows = []
     for task in sorted(set(baseline) | set(best)):
         a, b = baseline.get(task, {}), best.get(task, {})
         change = f"{b['hard'] - a['hard']:+.3f}" if a and b else "-"
-        lines.append(f"  {task:22}{(a or b).get('n', 0):>4}{fmt(a.get('hard')):>10}{fmt(b.get('hard')):>10}"
-                     f"{change:>9}")
-    return lines
+        rows.append([task, (a or b).get("n", 0), fmt(a.get("hard")), fmt(b.get("hard")), change])
+    return table_lines([Col("test by task type", shrink=True), *(Col(h, num=True) for h in
+                        ("n", "baseline", "best", "change"))], rows, width)
+
+
+def runs_lines(rows: list[dict[str, Any]], width: int | None = None) -> list[str]:
+    """`skillstate runs`: one row per run; long ids are cut with an ellipsis."""
+    body = [[r["run_id"], f"{r['parent_run_id']}@{r['fork_step']}" if r["parent_run_id"] else "", r["status"],
+             fmt(r["baseline_score"]), fmt(r["best_score"]), "-" if r["best_step"] is None else r["best_step"]]
+            for r in rows]
+    return table_lines([Col("run", shrink=True), Col("parent", shrink=True), Col("status"),
+                        Col("baseline", num=True), Col("best", num=True), Col("at", num=True)], body, width)
+
+
+def history_lines(history, width: int | None = None) -> list[str]:
+    """`show`'s table of steps: the budget, the decision and the scores of each."""
+    rows = [[rec.step, rec.epoch, rec.edit_budget, rec.decision, fmt(rec.candidate_score), fmt(rec.current_score),
+             fmt(rec.best_score)] for rec in history]
+    cols = [Col("step", num=True), Col("epoch", num=True), Col("budget", num=True), Col("decision", shrink=True),
+            Col("candidate", num=True), Col("current", num=True), Col("best", num=True)]
+    return table_lines(cols, rows, width)
+
+
+def log_lines(events, lineage: bool, width: int | None = None) -> list[str]:
+    """`skillstate log`: one row per event, its summary cut to the width."""
+    cols = [Col("seq", num=True), Col("event"), Col("step", num=True), Col("summary", shrink=True)]
+    rows = [[s.seq, s.type, "" if s.step is None else s.step, event_summary(s.event)] for s in events]
+    if lineage:
+        cols.insert(0, Col("run", shrink=True))
+        rows = [[s.run_id, *row] for s, row in zip(events, rows, strict=True)]
+    return table_lines(cols, rows, width)
 
 
 def run_rows(store, rows) -> list[dict[str, Any]]:

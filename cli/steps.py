@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from skillstate.cli.render import Col, clip, failed_calls_table, fmt, one_line, output_width, table_lines, wrapped
 from skillstate.engine.runner import LoadedRun
 from skillstate.errors import NotFoundError
 from skillstate.failures import failed_calls
 from skillstate.store import Store
-
-from skillstate.cli.render import fmt
 
 
 def _edit(e) -> dict[str, Any]:
@@ -63,49 +62,60 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
     return out
 
 
-def step_text(d: dict[str, Any]) -> str:
-    lines = [f"run {d['run_id']} step {d['step']} (epoch {d.get('epoch')}, budget {d.get('edit_budget')}, "
-             f"{len(d.get('batch', []))} items)"]
+def step_text(d: dict[str, Any], width: int | None = None) -> str:
+    """All of one step, fitted to `width` (default: the output's width):
+    sentences fold, lists are tables or lines cut with an ellipsis."""
+    width = output_width() if width is None else width
+
+    def item(label: str, text: str) -> str:  # one entry of a list, indented, cut to the width
+        return clip(f"  {label}: {one_line(text)}", width)
+
+    lines = wrapped(f"run {clip(d['run_id'], max(width - 5, 8))} step {d['step']} (epoch {d.get('epoch')}, "
+                    f"budget {d.get('edit_budget')}, {len(d.get('batch', []))} items)", width)
     if "rollout" in d:
         r = d["rollout"]
         lines.append(f"rollout: {r['solved']}/{r['items']} solved")
-        for f in r["failures"][:8]:
-            lines.append(f"  - {f['item_id']} [{f['task_type']}] {f['fail_reason'][:90]}")
+        if r["failures"]:
+            lines.extend(table_lines([Col("failed item", shrink=True), Col("task type", shrink=True),
+                                      Col("reason", shrink=True)],
+                                     [[f["item_id"], f["task_type"], f["fail_reason"]] for f in r["failures"][:8]],
+                                     width, indent=2))
         if len(r["failures"]) > 8:
             lines.append(f"  ... {len(r['failures']) - 8} more failures")
     for p in d.get("patches", []):
-        failed = f": {p['error'][:120]}" if p.get("error") else ""
-        lines.append(f"patch {p['source']}#{p['minibatch']} ({len(p['items'])} items): {p['status']}{failed}")
+        failed = f": {p['error']}" if p.get("error") else ""
+        lines.extend(wrapped(f"patch {p['source']}#{p['minibatch']} ({len(p['items'])} items): {p['status']}{failed}",
+                             width))
         for s in p["failure_summary"]:
-            lines.append(f"  pattern: {s}")
+            lines.append(item("pattern", s))
         for e in p["edits"]:
-            lines.append(f"  {e['op']}: {(e['content'] or e['target'])[:100]}")
+            lines.append(item(e["op"], e["content"] or e["target"]))
     if "merged" in d:
         lines.append(f"merged: {len(d['merged']['edits'])} edits, {len(d['merged']['merge_calls'])} merge calls")
     if "learning_rate" in d:
         lr = d["learning_rate"]
-        lines.append(f"learning rate (autonomous): apply {lr['chosen']} of {lr['candidates']} "
-                     f"({lr['status']}{', asked ' + lr['requested'] if lr['requested'] else ''})")
+        lines.extend(wrapped(f"learning rate (autonomous): apply {lr['chosen']} of {lr['candidates']} "
+                             f"({lr['status']}{', asked ' + lr['requested'] if lr['requested'] else ''})", width))
     if "selected" in d:
         s = d["selected"]
         lines.append(f"selected ({s['method']}, budget {s['budget']}): {len(s['edits'])} of {s['candidates']}")
         report = d.get("apply_report", [])
-        for i, e in enumerate(s["edits"]):
-            status = report[i]["status"] if i < len(report) else "kept"
-            lines.append(f"  [{status}] {e['op']} ({e['source']}, support {e['support']}): "
-                         f"{(e['content'] or e['target'])[:90]}")
+        rows = [[report[i]["status"] if i < len(report) else "kept", e["op"], e["source"], e["support"],
+                 e["content"] or e["target"]] for i, e in enumerate(s["edits"])]
+        if rows:
+            lines.extend(table_lines([Col("status"), Col("op"), Col("source"), Col("support", num=True),
+                                      Col("edit", shrink=True)], rows, width, indent=2))
     if d.get("update", {}).get("method", "patch") != "patch":
         u = d["update"]
-        lines.append(f"update: {u['method']} ({u['status']}), skill {'changed' if d['candidate_changed'] else 'unchanged'}")
+        changed = "changed" if d["candidate_changed"] else "unchanged"
+        lines.append(f"update: {u['method']} ({u['status']}), skill {changed}")
     if "evaluation" in d:
         ev = d["evaluation"]
-        lines.append(f"candidate on {ev['split']}: hard {fmt(ev['hard'])} soft {fmt(ev['soft'])} gate {fmt(ev['gate'])}"
-                     + (" (score cache)" if ev["cached"] else ""))
+        lines.extend(wrapped(f"candidate on {ev['split']}: hard {fmt(ev['hard'])} soft {fmt(ev['soft'])} "
+                             f"gate {fmt(ev['gate'])}" + (" (score cache)" if ev["cached"] else ""), width))
     if "decision" in d:
-        lines.append(f"gate: {d['decision']['decision']} ({d['decision']['reason']})")
+        lines.extend(wrapped(f"gate: {d['decision']['decision']} ({d['decision']['reason']})", width))
     f = d.get("failed_calls") or {}
-    for stage, roles in f.get("by_stage", {}).items():
-        for role, v in roles.items():
-            lines.append(f"failed calls: {stage} {role}: {v['failed']} of {v['calls']}; "
-                         f"most common ({v['common_count']}x): {v['common'][:120]}")
+    if f.get("by_stage"):
+        lines.extend(failed_calls_table(f["by_stage"], width, title="failed calls"))
     return "\n".join(lines)
