@@ -334,3 +334,27 @@ def test_the_plan_counts_steps_and_calls_from_the_schedule():
     assert plan.calls["optimizer"] > 9 and plan.cost_usd > 0 and not plan.unpriced
     unknown = plan_run(SkillConfig(backend="openai", target={"model": "x"}, optimizer={"model": "x"}), splits, "")
     assert unknown.unpriced == ["x"] and "cost unknown (no price for x)" in unknown.describe()
+
+
+def test_a_target_reply_cut_at_max_tokens_is_scored_and_its_failure_says_so(tmp_path):
+    class CutTarget:
+        name = "sim"
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def complete(self, request):
+            resp = self.inner.complete(request)
+            if "<skill>" in request.messages[-1][1]:
+                return resp
+            return ChatResponse("The answer is", resp.prompt_tokens, 512, "length")
+
+    base = scripted_factory()
+    store = Store(f"sqlite:///{tmp_path / 't.db'}")
+    result = Trainer(small_config(num_epochs=1, eval_test=False), store=store, run_id="t",
+                     backend_factory=lambda c, e, r: CutTarget(base(c, e, r))).train()
+    assert result.state.completed
+    rollout = next(s.event for s in store.read_events("t") if s.type == "RolloutCompleted")
+    assert rollout.results and all(r.fail_reason.endswith("(reply truncated at max_tokens)") for r in rollout.results)
+    assert not [c for c in store.read_calls("t") if c.error and c.role == "target"]  # an answer, not a failed call
+    store.close()

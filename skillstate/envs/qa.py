@@ -182,6 +182,8 @@ class QAEnv(SkillEnv):
         if not result.ok:
             return RolloutOutcome(0.0, 0.0, f"rollout_error: {result.error}", "", messages, task_type, result)
         hard, soft, reason = score_answer(result.text, item["answers"])
+        if result.truncated and reason:  # a wrong answer that ran out of tokens says so
+            reason += " (reply truncated at max_tokens)"
         convo = messages + [{"role": "assistant", "content": result.text}]
         return RolloutOutcome(hard, soft, reason, result.text, convo, task_type, result)
 

@@ -73,6 +73,7 @@ class CallResult:
     text: str = ""
     error: str | None = None
     cached: bool = field(default=False, compare=False)
+    truncated: bool = False  # the reply stopped at max_tokens (finish_reason length)
 
     @property
     def ok(self) -> bool:

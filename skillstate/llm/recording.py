@@ -44,7 +44,8 @@ class RecordingClient:
             self.served += 1
             self.health.served(self.role)
             recorded = ChatResponse.from_dict(row.response or {})
-            return CallResult(self._ref(h, recorded), text=recorded.text, cached=True)
+            return CallResult(self._ref(h, recorded), text=recorded.text, cached=True,
+                              truncated=recorded.finish_reason == "length")
         self.health.check()
         if self.budget is not None:
             self.budget.check()
@@ -72,7 +73,7 @@ class RecordingClient:
         if error is not None:
             return CallResult(CallRef(request_hash=h, role=self.role, error=error), error=error)
         reply = cast(ChatResponse, resp)  # error is None only after a reply: every failure above sets it
-        return CallResult(self._ref(h, reply), text=reply.text)
+        return CallResult(self._ref(h, reply), text=reply.text, truncated=reply.finish_reason == "length")
 
     def unusable(self, request: ChatRequest, resp: ChatResponse) -> str | None:
         """Why a well-formed reply is still a failed call, if it is. An empty
@@ -97,7 +98,7 @@ class RecordingClient:
         if row.error is not None:
             return CallResult(CallRef(request_hash=h, role=self.role, error=row.error), error=row.error, cached=True)
         resp = ChatResponse.from_dict(row.response or {})
-        return CallResult(self._ref(h, resp), text=resp.text, cached=True)
+        return CallResult(self._ref(h, resp), text=resp.text, cached=True, truncated=resp.finish_reason == "length")
 
     def _ref(self, h: str, resp: ChatResponse) -> CallRef:
         return CallRef(request_hash=h, role=self.role, prompt_tokens=resp.prompt_tokens,
