@@ -13,7 +13,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from skillstate import __version__
 from skillstate.config import parse_assignment, redact
 from skillstate.errors import (
-    BudgetStop, ConcurrencyError, CorruptLogError, LLMStop, RunBusyError, RunStopped, SkillstateError, UserError,
+    BudgetStop,
+    ConcurrencyError,
+    CorruptLogError,
+    LLMStop,
+    RunBusyError,
+    RunStopped,
+    SkillstateError,
+    UserError,
 )
 from skillstate.store import DEFAULT_DB, make_engine
 from skillstate.util import parse_step

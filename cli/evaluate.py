@@ -7,13 +7,12 @@ from typing import Any
 
 import click
 
-from skillstate.errors import UserError
-from skillstate.store import open_store
-from skillstate.util import check_run_id
-
 from skillstate.cli.app import cli, db_option, echo_json, parse_sets, set_option
 from skillstate.cli.render import printer, summary_text
 from skillstate.cli.train import config_with_backend
+from skillstate.errors import UserError
+from skillstate.store import open_store
+from skillstate.util import check_run_id
 
 
 @cli.command("eval")

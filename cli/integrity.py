@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 
-from skillstate.store import open_store
-
 from skillstate.cli.app import cli, echo_json
 from skillstate.cli.app import existing_db_option as db_option
+from skillstate.store import open_store
 
 
 @cli.command()

@@ -18,7 +18,29 @@ from rich.table import Table
 from rich.text import Text
 
 from skillstate.engine.context import Progress
-from skillstate.events import Event
+from skillstate.events import (
+    BaselineEvaluated,
+    CandidateBuilt,
+    CandidateEvaluated,
+    EditsSelected,
+    EpochCompared,
+    EpochEnded,
+    Event,
+    FinalValidated,
+    GateDecided,
+    LearningRateChosen,
+    MetaSkillWritten,
+    PatchesMerged,
+    PatchProposed,
+    RolloutCompleted,
+    RunCompleted,
+    RunForked,
+    RunStarted,
+    SlowUpdateDecided,
+    SlowUpdateProposed,
+    StepStarted,
+    TestEvaluated,
+)
 from skillstate.history import status_of
 from skillstate.reducer import RunState
 
@@ -36,7 +58,7 @@ class ProgressPrinter:
 
     def __init__(self, echo=click.echo):
         self.echo = echo
-        self._patches: list[Event] = []
+        self._patches: list[PatchProposed] = []
 
     def __call__(self, p: Progress) -> None:
         if p.kind == "warning":
@@ -45,7 +67,8 @@ class ProgressPrinter:
         if p.kind != "event":
             return
         ev = p.event
-        if ev.type == "PatchProposed":
+        assert ev is not None  # a Progress of kind "event" always carries its event
+        if isinstance(ev, PatchProposed):
             self._patches.append(ev)
             return
         self._flush()
@@ -63,39 +86,39 @@ class ProgressPrinter:
         self._patches = []
 
     def line(self, ev: Event, state: RunState) -> str | None:
-        t = ev.type
-        if t == "BaselineEvaluated":
+        if isinstance(ev, BaselineEvaluated):
             sc = ev.scores
             return f"baseline       {ev.split}: hard {fmt(sc.hard)}  soft {fmt(sc.soft)}  gate {fmt(sc.gate)}"
-        if t == "StepStarted":
+        if isinstance(ev, StepStarted):
             return (f"step {ev.step}/{state.total_steps}  epoch {ev.epoch}  budget {ev.edit_budget}  "
                     f"batch {len(ev.batch_item_ids)}")
-        if t == "RolloutCompleted":
+        if isinstance(ev, RolloutCompleted):
             ok = sum(1 for r in ev.results if r.hard >= 1)
             return f"    rollout    {ok}/{len(ev.results)} solved"
-        if t == "PatchesMerged":
+        if isinstance(ev, PatchesMerged):
             fallbacks = sum(1 for m in ev.merges if m.status != "ok")
             extra = f", {fallbacks} fell back" if fallbacks else ""
             return f"    aggregate  {len(ev.edits)} edits after {len(ev.merges)} merge calls{extra}"
-        if t == "LearningRateChosen":
+        if isinstance(ev, LearningRateChosen):
             asked = f", asked {ev.requested}" if ev.requested is not None else f", reply {ev.status}"
             return f"    lr         apply {ev.chosen} of {ev.candidates} edits{asked}"
-        if t == "EditsSelected":
+        if isinstance(ev, EditsSelected):
             return f"    select     {len(ev.edits)} of {ev.candidates} edits ({ev.method})"
-        if t == "CandidateBuilt":
+        if isinstance(ev, CandidateBuilt):
             if ev.method != "patch":
                 how = "rewritten" if ev.status == "ok" else f"rewrite {ev.status}, unchanged"
                 return f"    update     {ev.method}: {how if ev.changed or ev.status != 'ok' else 'no change'}"
             changed = sum(1 for r in ev.report if r.status in ("applied", "appended"))
             return f"    update     {changed} of {len(ev.report)} edits changed the skill"
-        if t == "CandidateEvaluated":
+        if isinstance(ev, CandidateEvaluated):
             cached = " (score cache)" if ev.cached else ""
             return f"    evaluate   {ev.split}: gate {fmt(ev.scores.gate)}{cached}"
-        if t == "GateDecided":
+        if isinstance(ev, GateDecided):
             return f"    gate       {ev.decision}: {ev.reason}"
-        if t == "TestEvaluated":
+        if isinstance(ev, TestEvaluated):
             where = f"test           {ev.label}" if ev.label != "eval" else f"eval           {ev.split}"
             return f"{where}: hard {fmt(ev.scores.hard)}  soft {fmt(ev.scores.soft)}"
+        t = ev.type
         if t in EPOCH_EVENTS:
             return f"{'final' if t == 'FinalValidated' else 'epoch end':15}{t}  {event_summary(ev)}"
         return None
@@ -398,47 +421,46 @@ def run_rows(store, rows) -> list[dict[str, Any]]:
 
 
 def event_summary(ev: Event) -> str:
-    t = ev.type
-    if t == "RunStarted":
+    if isinstance(ev, RunStarted):
         return f"{ev.total_steps} steps, dataset {ev.dataset_fingerprint[:12]}"
-    if t == "RunForked":
+    if isinstance(ev, RunForked):
         return f"from {ev.parent_run_id} at step {ev.fork_step}, overrides {json.dumps(ev.overrides)}"
-    if t in ("BaselineEvaluated", "CandidateEvaluated", "TestEvaluated"):
+    if isinstance(ev, (BaselineEvaluated, CandidateEvaluated, TestEvaluated)):
         label = getattr(ev, "label", "")
         return f"{label + ' ' if label else ''}{ev.split} gate {fmt(ev.scores.gate)} hard {fmt(ev.scores.hard)}"
-    if t == "StepStarted":
+    if isinstance(ev, StepStarted):
         return f"epoch {ev.epoch}, budget {ev.edit_budget}, {len(ev.batch_item_ids)} items"
-    if t == "RolloutCompleted":
+    if isinstance(ev, RolloutCompleted):
         return f"{sum(1 for r in ev.results if r.hard >= 1)}/{len(ev.results)} solved"
-    if t == "PatchProposed":
+    if isinstance(ev, PatchProposed):
         return f"{ev.source}#{ev.minibatch} {ev.status}, {len(ev.edits)} edits from {len(ev.item_ids)} items"
-    if t == "PatchesMerged":
+    if isinstance(ev, PatchesMerged):
         return f"{len(ev.edits)} edits ({len(ev.merges)} merge calls)"
-    if t == "EditsSelected":
+    if isinstance(ev, EditsSelected):
         return f"{len(ev.edits)}/{ev.candidates} kept, budget {ev.budget}, {ev.method}"
-    if t == "CandidateBuilt":
+    if isinstance(ev, CandidateBuilt):
         return ", ".join(f"{r.op}:{r.status}" for r in ev.report) or "no edits"
-    if t == "GateDecided":
+    if isinstance(ev, GateDecided):
         return f"{ev.decision}: {ev.reason}"
-    if t == "LearningRateChosen":
+    if isinstance(ev, LearningRateChosen):
         return f"apply {ev.chosen} of {ev.candidates} ({ev.status}{', asked ' + ev.requested if ev.requested else ''})"
-    if t == "EpochCompared":
+    if isinstance(ev, EpochCompared):
         counts: dict[str, int] = {}
         for lab in ev.labels.values():
             counts[lab] = counts.get(lab, 0) + 1
         return f"epoch {ev.epoch}: " + ", ".join(f"{n} {lab}" for lab, n in sorted(counts.items()))
-    if t == "SlowUpdateProposed":
+    if isinstance(ev, SlowUpdateProposed):
         return f"epoch {ev.epoch}: {ev.status}, {len(ev.guidance.splitlines())} guidance lines"
-    if t == "SlowUpdateDecided":
+    if isinstance(ev, SlowUpdateDecided):
         return f"epoch {ev.epoch}: {ev.decision}{' (forced)' if ev.forced else ''}: {ev.reason}"
-    if t == "MetaSkillWritten":
+    if isinstance(ev, MetaSkillWritten):
         return f"epoch {ev.epoch}: {ev.status}, {len(ev.memo.splitlines())} memo lines"
-    if t == "EpochEnded":
+    if isinstance(ev, EpochEnded):
         return f"epoch {ev.epoch}"
-    if t == "FinalValidated":
+    if isinstance(ev, FinalValidated):
         verdict = "promoted to best" if ev.promoted else "best kept"
         return f"current {fmt(ev.score)} vs best {fmt(ev.best_score)}: {verdict}"
-    if t == "RunCompleted":
+    if isinstance(ev, RunCompleted):
         return f"best {fmt(ev.best_score)} at step {ev.best_step}"
     return ""
 
@@ -449,9 +471,9 @@ def why_text(info: dict[str, Any]) -> str:
     lines = [f"run {info['run_id']}: {info['text']!r} is in the "
              + (" and ".join(where) + " skill" if where else "no skill of this run (initial, current or best)")]
     for c in info["changes"]:
-        where = (f"step {c['step']} (epoch {c['epoch']})" if c["by"] == "step"
-                 else f"slow update at the end of epoch {c['epoch']}")
-        lines.append(f"  {where}: {c['change']} by {c['decision']} ({c['reason']})")
+        when = (f"step {c['step']} (epoch {c['epoch']})" if c["by"] == "step"
+                else f"slow update at the end of epoch {c['epoch']}")
+        lines.append(f"  {when}: {c['change']} by {c['decision']} ({c['reason']})")
     origin = info["origin"]
     if origin is None:
         if info["in_current_skill"] and info["in_initial_skill"]:

@@ -7,6 +7,17 @@ from typing import Any
 from skillstate.cli.render import Col, clip, failed_calls_table, fmt, one_line, output_width, table_lines, wrapped
 from skillstate.engine.runner import LoadedRun
 from skillstate.errors import NotFoundError
+from skillstate.events import (
+    CandidateBuilt,
+    CandidateEvaluated,
+    EditsSelected,
+    GateDecided,
+    LearningRateChosen,
+    PatchesMerged,
+    PatchProposed,
+    RolloutCompleted,
+    StepStarted,
+)
 from skillstate.failures import failed_calls
 from skillstate.store import Store
 
@@ -23,39 +34,38 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
                             f"(last completed step: {loaded.state.last_completed_step})")
     out: dict[str, Any] = {"run_id": loaded.run_id, "step": step, "failed_calls": failed_calls(store, stored)}
     for ev in events:
-        t = ev.type
-        if t == "StepStarted":
+        if isinstance(ev, StepStarted):
             out.update(epoch=ev.epoch, edit_budget=ev.edit_budget, batch=ev.batch_item_ids)
-        elif t == "RolloutCompleted":
+        elif isinstance(ev, RolloutCompleted):
             out["rollout"] = {
                 "solved": sum(1 for r in ev.results if r.hard >= 1), "items": len(ev.results),
                 "failures": [{"item_id": r.item_id, "task_type": r.task_type, "fail_reason": r.fail_reason}
                              for r in ev.results if r.hard < 1],
             }
-        elif t == "PatchProposed":
+        elif isinstance(ev, PatchProposed):
             out.setdefault("patches", []).append({
                 "source": ev.source, "minibatch": ev.minibatch, "status": ev.status, "items": ev.item_ids,
                 "failure_summary": ev.failure_summary, "edits": [_edit(e) for e in ev.edits],
                 "raw_reply": store.get_blob(ev.reply) if ev.reply else None,
                 "error": ev.call.error if ev.call is not None else None,
             })
-        elif t == "PatchesMerged":
+        elif isinstance(ev, PatchesMerged):
             out["merged"] = {"edits": [_edit(e) for e in ev.edits],
                              "merge_calls": [m.model_dump(exclude={"call"}) for m in ev.merges]}
-        elif t == "EditsSelected":
+        elif isinstance(ev, EditsSelected):
             out["selected"] = {"method": ev.method, "budget": ev.budget, "candidates": ev.candidates,
                                "indices": ev.selected_indices, "edits": [_edit(e) for e in ev.edits]}
-        elif t == "LearningRateChosen":
+        elif isinstance(ev, LearningRateChosen):
             out["learning_rate"] = {"chosen": ev.chosen, "candidates": ev.candidates, "status": ev.status,
                                     "requested": ev.requested, "reasoning": ev.reasoning}
-        elif t == "CandidateBuilt":
+        elif isinstance(ev, CandidateBuilt):
             out["apply_report"] = [r.model_dump() for r in ev.report]
             out["candidate_changed"] = ev.changed
             out["update"] = {"method": ev.method, "status": ev.status, "block_restored": ev.block_restored}
-        elif t == "CandidateEvaluated":
+        elif isinstance(ev, CandidateEvaluated):
             out["evaluation"] = {"split": ev.split, "hard": ev.scores.hard, "soft": ev.scores.soft,
                                  "gate": ev.scores.gate, "cached": ev.cached}
-        elif t == "GateDecided":
+        elif isinstance(ev, GateDecided):
             out["decision"] = {"decision": ev.decision, "candidate_score": ev.candidate_score,
                                "current_score_before": ev.current_score, "best_score_before": ev.best_score,
                                "reason": ev.reason}

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import click
 from sqlalchemy.engine import Engine
 
-from skillstate.errors import UserError
-
 from skillstate.cli.app import cli, db_option
+from skillstate.errors import UserError
 
 
 @cli.command("sim-server")

@@ -6,16 +6,23 @@ from typing import Any
 
 import click
 
+from skillstate.cli.app import (
+    EXIT_INTERRUPTED,
+    Stopped,
+    budget_option,
+    cli,
+    db_option,
+    echo_json,
+    parse_sets,
+    resume_hint,
+    set_option,
+)
+from skillstate.cli.read import positional
+from skillstate.cli.render import printer, summary_text
 from skillstate.config import SIM_MODELS, SkillConfig, build_config, load_config_file
 from skillstate.errors import UserError
 from skillstate.store import open_store
 from skillstate.util import check_run_id, parse_step
-
-from skillstate.cli.app import (
-    EXIT_INTERRUPTED, Stopped, budget_option, cli, db_option, echo_json, parse_sets, resume_hint, set_option,
-)
-from skillstate.cli.read import positional
-from skillstate.cli.render import printer, summary_text
 
 
 @cli.command()
@@ -76,7 +83,7 @@ def run(config_file, backend, data, model, optimizer_model, target_model, base_u
         check_run_id(run_id)  # (a run made before ids were checked resumes with `skillstate resume ID`)
     store = open_store(db) if run_id is not None else None  # else: after the config is known to be valid
     existing = store is not None and store.get_run(run_id) is not None
-    state = load_run(store, run_id).state if existing else None
+    state = load_run(store, run_id).state if existing and store is not None else None
     if state is not None and state.kind == "eval":
         raise UserError(f"run {run_id!r} is an evaluation run (skillstate eval), not a training run; "
                         "pick another --run-id")

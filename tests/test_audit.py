@@ -6,14 +6,13 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from conftest import small_config
 from sqlalchemy import delete, select, update
 
 from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
 from skillstate.store import Store, blobs, events, llm_calls
 from skillstate.trainer import Trainer
-
-from conftest import small_config
 
 
 @pytest.fixture

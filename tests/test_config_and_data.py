@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import EXAMPLES
 
 from skillstate.config import build_config, parse_assignment, public_config, redact, semantic_view
 from skillstate.envs.qa import load_dataset_dir, score_answer, token_f1
 from skillstate.errors import ConfigError, DataError
 from skillstate.prompts import PROMPT_NAMES, resolve_prompts
-
-from conftest import EXAMPLES
 
 
 def test_defaults_follow_the_spec():
@@ -40,7 +39,8 @@ def test_examples_config_is_valid():
 
 @pytest.mark.parametrize("text,expected", [
     ("num_epochs=2", ("num_epochs", 2)), ("failure_only=true", ("failure_only", True)),
-    ("target.model=gpt-4o-mini", ("target.model", "gpt-4o-mini")), ("gate_mixed_weight=0.25", ("gate_mixed_weight", 0.25)),
+    ("target.model=gpt-4o-mini", ("target.model", "gpt-4o-mini")),
+    ("gate_mixed_weight=0.25", ("gate_mixed_weight", 0.25)),
     ("prompts.rank=my rank.md", ("prompts.rank", "my rank.md")),
 ])
 def test_set_values_are_typed(text, expected):

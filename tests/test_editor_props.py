@@ -89,7 +89,7 @@ def test_apply_edits_report_matches_stepwise_application(te):
     assert [e.index for e in report] == list(range(len(edit_list)))
     assert [e.op for e in report] == [e.op for e in edit_list]
     current = text
-    for edit, entry in zip(edit_list, report):
+    for edit, entry in zip(edit_list, report, strict=True):
         new, status = apply_edit(current, edit)
         assert entry.status == status
         assert (entry.status in CHANGED) == (new != current)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import scripted_factory, small_config
 
 from skillstate.audit import audit, verify
 from skillstate.engine.runner import lineage_events
 from skillstate.store import Store
 from skillstate.trainer import Trainer
-
-from conftest import scripted_factory, small_config
 
 
 def _payloads(store, run_id):

@@ -8,6 +8,7 @@ from importlib import resources
 
 import pytest
 from click.testing import CliRunner
+from conftest import EXAMPLES, small_config
 
 import skillstate.cli.main  # noqa: F401  (registers the commands)
 from skillstate import evaluate_skill
@@ -21,8 +22,6 @@ from skillstate.prompts import PROMPT_NAMES, resolve_prompts
 from skillstate.sim.world import bundled_splits
 from skillstate.store import Store
 from skillstate.trainer import Trainer
-
-from conftest import EXAMPLES, small_config
 
 SIM_TYPES = {"arithmetic", "date_reasoning", "letter_counting", "list_ordering", "reading", "unit_conversion"}
 
@@ -161,7 +160,8 @@ def test_an_unpriced_model_costs_zero(sim_server, tmp_path):
 
 def test_an_unpriced_model_draws_exactly_one_warning(sim_server, tmp_path):
     res, _ = _unpriced_run(sim_server, tmp_path)
-    warned = [l for l in res.stderr.splitlines() if l.startswith("warning: no price for model 'sim-model'")]
+    warned = [line for line in res.stderr.splitlines()
+              if line.startswith("warning: no price for model 'sim-model'")]
     assert len(warned) == 1, res.stderr
 
 

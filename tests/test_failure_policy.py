@@ -30,14 +30,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import EXAMPLES
 
 from skillstate.cli.main import cli
 from skillstate.envs import load_dataset_dir
 from skillstate.sim.server import Fault, SimServer
 from skillstate.sim.world import SimWorld
 from skillstate.store import Store
-
-from conftest import EXAMPLES
 
 ENV = {"OPENAI_API_KEY": "sk-failure-policy-test"}
 RUN = "r"
@@ -313,7 +312,8 @@ def test_http_500_on_every_call_trips_the_breaker_and_resumes(sim, tmp_path, cle
     assert types(events(db)) == ["RunStarted"]
     failed = calls(db)
     assert 16 <= len(failed) <= 16 + CONCURRENCY  # nothing more is sent once the breaker opened
-    assert {c.error for c in failed} == {"HTTP 500 after 1 attempt: The server had an error while processing your request."}
+    assert {c.error for c in failed} == {
+        "HTTP 500 after 1 attempt: The server had an error while processing your request."}
     assert rule.served == len(failed)
     assert_audit(db)
     assert_resumes_like_a_clean_run(sim, db, line, clean_events(*NO_RETRIES))
@@ -611,8 +611,8 @@ def test_a_status_the_client_does_not_retry_reports_one_attempt(sim, monkeypatch
     monkeypatch.setenv("SKILLSTATE_FP_KEY", "k")
     rule = Rule(lambda n, path, body: Fault(413, error_body("Request too large")) if is_chat(n) else None)
     sim.fault = rule
-    backend = OpenAIBackend(ModelConfig(base_url=sim.base_url, max_retries=2, timeout=5, api_key_env="SKILLSTATE_FP_KEY"),
-                            "target")
+    backend = OpenAIBackend(ModelConfig(base_url=sim.base_url, max_retries=2, timeout=5,
+                                        api_key_env="SKILLSTATE_FP_KEY"), "target")
     request = ChatRequest.build("openai", TARGET, [{"role": "user", "content": "Question: What is 2 + 2?"}], 0.0, 16)
     with pytest.raises(CallFailed) as err:
         backend.complete(request)

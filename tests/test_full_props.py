@@ -16,8 +16,19 @@ from skillstate.engine.reflect import plan_minibatches
 from skillstate.engine.update import patch_skill
 from skillstate.events import Edit, ItemResult
 from skillstate.gate import semantic_density, with_density
-from skillstate.guidance import (END, LABELS, POLICIES, START, body_of, compare, guidance_of, label, protect,
-                                 select_pairs, with_guidance)
+from skillstate.guidance import (
+    END,
+    LABELS,
+    POLICIES,
+    START,
+    body_of,
+    compare,
+    guidance_of,
+    label,
+    protect,
+    select_pairs,
+    with_guidance,
+)
 from skillstate.scheduler import clamp_edit_count, epoch_batches, steps_per_epoch
 
 SETTINGS = settings(max_examples=120, deadline=None, database=None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import scripted_factory, small_config
 
 from skillstate.audit import audit, verify
 from skillstate.engine import runner
@@ -14,8 +15,6 @@ from skillstate.engine.runner import lineage_events, load_run
 from skillstate.guidance import END, START, guidance_of
 from skillstate.store import Store
 from skillstate.trainer import Trainer
-
-from conftest import scripted_factory, small_config
 
 # 3 epochs of 2 steps: epoch boundaries after steps 2 (not due: epoch 1), 4 and 6.
 ALL_ON = dict(num_epochs=3, batch_size=60, use_slow_update=True, use_meta_skill=True, lr_control="autonomous",

@@ -4,11 +4,11 @@ one clear line and exit code 2; a config file's paths are relative to it."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import EXAMPLES
 
 from skillstate.cli.main import cli
 from skillstate.config import build_config
@@ -16,8 +16,6 @@ from skillstate.engine.runner import load_run
 from skillstate.envs.qa import load_dataset_dir
 from skillstate.errors import ConfigError
 from skillstate.store import open_store
-
-from conftest import EXAMPLES
 
 BOM = "\ufeff"
 SPLITS = ["train", "val", "test"]
@@ -30,7 +28,7 @@ def item(i: str) -> dict:
 def data_dir(root: Path, sizes: tuple[int, int, int] = (1, 1, 1)) -> Path:
     """A valid dataset: one JSONL file per split."""
     root.mkdir(parents=True, exist_ok=True)
-    for split, n in zip(SPLITS, sizes):
+    for split, n in zip(SPLITS, sizes, strict=True):
         (root / f"{split}.jsonl").write_text("".join(json.dumps(item(f"{split}-{k}")) + "\n" for k in range(n)))
     return root
 
@@ -38,7 +36,7 @@ def data_dir(root: Path, sizes: tuple[int, int, int] = (1, 1, 1)) -> Path:
 def example_data(root: Path) -> Path:
     """A small copy of examples/qa: 12 train, 8 val and 8 test items."""
     root.mkdir(parents=True)
-    for split, n in zip(SPLITS, (12, 8, 8)):
+    for split, n in zip(SPLITS, (12, 8, 8), strict=True):
         lines = (EXAMPLES / "qa" / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()[:n]
         (root / f"{split}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return root

@@ -8,7 +8,9 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import given, strategies as st
+from conftest import EXAMPLES, scripted_factory, small_config
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import update
 from sqlalchemy.exc import OperationalError
 
@@ -19,8 +21,6 @@ from skillstate.llm.health import CallHealth
 from skillstate.llm.openai_backend import parse_chat_body
 from skillstate.store import AUDIT_KEY_ENV, Store, event_hash, events
 from skillstate.trainer import Trainer
-
-from conftest import EXAMPLES, scripted_factory, small_config
 
 
 def _fatal(what: str) -> FatalLLMError:

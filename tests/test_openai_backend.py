@@ -7,6 +7,7 @@ import json
 import socket
 
 from click.testing import CliRunner
+from conftest import EXAMPLES
 from sqlalchemy import MetaData, select
 
 from skillstate.cli.main import cli
@@ -14,8 +15,6 @@ from skillstate.config import ModelConfig
 from skillstate.llm.base import ChatRequest
 from skillstate.llm.openai_backend import OpenAIBackend
 from skillstate.store import Store
-
-from conftest import EXAMPLES
 
 SECRET = "sk-test-SECRET-0123456789abcdef"
 
@@ -118,7 +117,8 @@ def test_unreachable_endpoint_is_a_user_error(tmp_path):
 
 def test_a_finished_openai_run_replays_and_resumes_without_the_server(sim_server, tmp_path):
     db = f"sqlite:///{tmp_path / 'n.db'}"
-    assert CliRunner().invoke(cli, _run_args(sim_server, db, "--run-id", "n"), env={"OPENAI_API_KEY": "k"}).exit_code == 0
+    res = CliRunner().invoke(cli, _run_args(sim_server, db, "--run-id", "n"), env={"OPENAI_API_KEY": "k"})
+    assert res.exit_code == 0
     sim_server.stop()
     res = CliRunner().invoke(cli, ["replay", "n", "--verify", "--db", db])
     assert res.exit_code == 0 and "reproduces all" in res.output

@@ -11,8 +11,6 @@ from skillstate.reducer import RunState, fold, reduce
 from skillstate.trainer import Trainer
 
 
-
-
 def test_engine_state_is_the_fold_of_its_log(finished_run):
     store, result, rec = finished_run
     stored = lineage_events(store, result.run_id)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from skillstate.migrate import head_revision
 from skillstate.cli.main import cli
 from skillstate.errors import UserError
+from skillstate.migrate import head_revision
 
 QA = ["--data", "examples/qa"]
 FAST = ["--epochs", "1", "--batch-size", "12", "-q", *QA]

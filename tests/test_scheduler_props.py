@@ -41,7 +41,7 @@ def test_budget_is_int_within_bounds(b, kind, data):
 def test_budget_monotone_non_increasing(b, kind):
     total, hi, lo = b
     values = [edit_budget(s, total, hi, lo, kind) for s in range(total + 1)]
-    assert all(a >= b for a, b in zip(values, values[1:]))
+    assert all(a >= b for a, b in zip(values, values[1:], strict=False))
 
 
 @SETTINGS

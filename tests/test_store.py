@@ -121,11 +121,11 @@ def test_old_event_versions_are_upcast_on_read_and_rows_never_rewritten(any_stor
     ev.register(_Probe)
     ev.UPCASTERS[("TestProbe", 1)] = lambda p: {"title": p["name"], "size": 0}
     try:
+        import datetime as dt
+
         from sqlalchemy import insert
 
         from skillstate.store import events, runs
-
-        import datetime as dt
 
         now = dt.datetime.now(dt.timezone.utc)
         payload = '{"name":"old"}'

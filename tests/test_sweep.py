@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import PG_ENV, _pg_schema_url, scripted_factory, small_config
 from sqlalchemy import create_engine, delete, func, select, text, update
 
 from skillstate.audit import audit, verify
@@ -43,8 +44,6 @@ from skillstate.migrate import current_revision, head_revision
 from skillstate.store import Store, event_hash, llm_calls, run_leases
 from skillstate.store import events as events_table
 from skillstate.trainer import Trainer
-
-from conftest import PG_ENV, _pg_schema_url, scripted_factory, small_config
 
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "sweep_driver.py"
@@ -466,7 +465,7 @@ def test_two_writers_storing_the_same_blobs_in_any_order_do_not_conflict(dbs, ki
                 except Exception as err:  # noqa: BLE001 - reported below
                     errors.append(str(err).strip().splitlines()[0])
 
-            threads = [threading.Thread(target=put, args=(s, o)) for s, o in zip(stores, orders)]
+            threads = [threading.Thread(target=put, args=(s, o)) for s, o in zip(stores, orders, strict=True)]
             for th in threads:
                 th.start()
             for th in threads:
