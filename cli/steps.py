@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from skillstate.cli.render import Col, clip, failed_calls_table, fmt, one_line, output_width, table_lines, wrapped
+from skillstate.cli.render import failed_calls_table, fmt
+from skillstate.cli.tables import Col, clip, one_line, output_width, table_lines, wrapped
 from skillstate.engine.runner import LoadedRun
 from skillstate.errors import NotFoundError
 from skillstate.events import (

@@ -3,7 +3,7 @@
 from alembic import context
 from sqlalchemy import create_engine
 
-from skillstate.store import metadata
+from skillstate.schema import metadata
 
 connection = context.config.attributes.get("connection")
 

@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from skillstate.errors import NotFoundError, UserError
+from skillstate.schema import metadata, run_leases
 
 
 class SchemaError(UserError):
@@ -80,8 +81,6 @@ class SchemaReport:
 
 def _expected(revision: str, script: ScriptDirectory) -> tuple[set[str], set[str]]:
     """The tables and table.column names the schema has at `revision`."""
-    from skillstate.store import metadata
-
     later = {r.revision for r in script.iterate_revisions(script.get_current_head(), revision)} - {revision}
     skip = {name for rev in later for name in ADDED_BY.get(rev, ())}
     tables = {t for t in metadata.tables if t not in skip}
@@ -91,9 +90,7 @@ def _expected(revision: str, script: ScriptDirectory) -> tuple[set[str], set[str
 
 def inspect_schema(engine: Engine) -> SchemaReport:
     """Compare the database's tables and columns with skillstate's
-    (`skillstate.store.metadata` at the recorded revision), reading only."""
-    from skillstate.store import metadata
-
+    (`skillstate.schema.metadata` at the recorded revision), reading only."""
     shown = engine.url.render_as_string(hide_password=True)
     with engine.connect() as conn:
         insp = inspect(conn)
@@ -247,8 +244,6 @@ def may_switch_to_wal(cur: Any) -> bool:
     connect: only a skillstate database not in WAL mode yet. Someone else's
     database keeps its journal mode (and gets no -wal file); an empty one is
     switched when the schema is created, so reading it writes nothing."""
-    from skillstate.store import metadata
-
     cur.execute("PRAGMA journal_mode")
     if str(cur.fetchone()[0]).lower() == "wal":
         return False
@@ -269,8 +264,6 @@ def raise_if_damaged(engine: Engine, error: BaseException | None) -> None:
 def check_writable(engine: Engine) -> None:
     """Refuse a database this process cannot write to, before anything is
     computed: a DELETE that matches no row still needs write access."""
-    from skillstate.store import run_leases
-
     shown = engine.url.render_as_string(hide_password=True)
     try:
         with engine.connect() as conn, conn.begin() as tx:

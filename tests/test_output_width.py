@@ -14,7 +14,8 @@ from conftest import scripted_factory, small_config
 from rich.cells import cell_len
 
 from skillstate.cli.main import cli
-from skillstate.cli.render import Col, summary_text, table_lines
+from skillstate.cli.render import summary_text
+from skillstate.cli.tables import Col, table_lines
 from skillstate.trainer import Trainer
 
 LONG = "a-run-id-long-enough-to-need-cutting-in-every-table-0123456789"  # 62 characters
