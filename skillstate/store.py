@@ -346,14 +346,15 @@ class Store:
             llm_calls.c.request_hash == request_hash)
         if run_ids is not None:
             query = query.where(llm_calls.c.run_id.in_(run_ids))
-        with self.engine.connect() as conn:
-            if as_of is not None:
-                query = query.where(llm_calls.c.created_at <= as_of)
-                latest = conn.execute(query.order_by(llm_calls.c.id.desc()).limit(1)).first()
-                if latest is None or latest[2] is not None:
-                    return _call_row(latest)
-            row = conn.execute(query.where(llm_calls.c.ok.is_(True)).order_by(llm_calls.c.id).limit(1)).first()
-        return _call_row(row)
+        if as_of is None:
+            query = query.where(llm_calls.c.ok.is_(True)).order_by(llm_calls.c.id).limit(1)
+            with self.engine.connect() as conn:
+                return _call_row(conn.execute(query).first())
+        with self.engine.connect() as conn:  # one query: a request has few rows
+            rows = conn.execute(query.where(llm_calls.c.created_at <= as_of).order_by(llm_calls.c.id)).all()
+        if not rows or rows[-1][2] is not None:
+            return _call_row(rows[-1] if rows else None)
+        return _call_row(next(r for r in rows if r[2] is None))
 
     def record_call(self, *, run_id: str, role: str, request_hash: str, model: str, request: dict[str, Any],
                     response: dict[str, Any] | None, prompt_tokens: int, completion_tokens: int,
