@@ -11,6 +11,8 @@ with one line naming the problem, and nothing is written.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -203,7 +205,6 @@ def _upgrade_sqlite(engine: Engine, head: str) -> bool:
     """The whole migration in one BEGIN IMMEDIATE transaction (SQLite's DDL is
     transactional), so a second process waits for it and then skips it."""
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.exec_driver_sql("PRAGMA journal_mode=WAL")  # (outside a transaction; it stays with the file)
         conn.exec_driver_sql("BEGIN IMMEDIATE")
         try:
             if MigrationContext.configure(conn).get_current_revision() == head:
@@ -214,7 +215,23 @@ def _upgrade_sqlite(engine: Engine, head: str) -> bool:
             conn.exec_driver_sql("ROLLBACK")
             raise
         conn.exec_driver_sql("COMMIT")
+        switch_to_wal(conn.exec_driver_sql)  # (outside a transaction; it stays with the file)
     return True
+
+
+def switch_to_wal(execute: Callable[[str], Any]) -> None:
+    """Put a SQLite file in WAL mode. The switch needs the file to itself and
+    SQLite does not wait for that (no busy timeout), so while another process
+    is in it, try again for a few seconds; failing that, the file stays as it
+    is and the next connection tries again (WAL only makes it faster)."""
+    for attempt in range(60):
+        try:
+            execute("PRAGMA journal_mode=WAL")
+            return
+        except Exception as err:  # sqlite3 or SQLAlchemy's OperationalError: "database is locked"
+            if "locked" not in str(err) and "busy" not in str(err):
+                raise
+            time.sleep(0.02 * min(attempt + 1, 10))
 
 
 # --- opening a database --------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
 from skillstate.errors import ConcurrencyError, NotFoundError, UserError
 from skillstate.events import Event, decode, encode
-from skillstate.migrate import may_switch_to_wal, raise_if_damaged, require_database_file
+from skillstate.migrate import may_switch_to_wal, raise_if_damaged, require_database_file, switch_to_wal
 from skillstate.schema import blobs, events, llm_calls, metadata, run_leases, runs  # noqa: F401  (re-exported)
 from skillstate.util import canonical_json, check_run_id, sha256_text
 
@@ -131,7 +131,7 @@ def make_engine(url: str, *, create: bool = True) -> Engine:
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
             if may_switch_to_wal(cur):
-                cur.execute("PRAGMA journal_mode=WAL")
+                switch_to_wal(cur.execute)
             cur.close()
 
         @event.listens_for(engine, "handle_error")
