@@ -72,7 +72,11 @@ class SkillConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     # where things come from
-    env: Literal["qa"] = Field("qa", description="The environment kind.")
+    env: str = Field("qa", description="The environment: a built-in name (qa), a name an installed package "
+                                       "registers under the entry point group skillstate.envs, or "
+                                       "python:MODULE:CLASS.")
+    env_config: dict[str, Any] = Field(default_factory=dict, description="The environment's own settings, "
+                                       "validated by its config model and stored in the log.")
     backend: Backend = Field(
         "sim", description="LLM backend for both roles: sim (offline simulation) or openai (any OpenAI-compatible "
                            "endpoint).")
@@ -191,11 +195,15 @@ RUNTIME_KEYS = {
 }
 
 
+# Keys whose value is one mapping (not nested config): NAME -> value.
+DICT_KEYS = ("prompts", "prices", "env_config")
+
+
 def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, item in value.items():
         path = f"{prefix}{key}"
-        if isinstance(item, dict) and key not in ("prompts", "prices"):
+        if isinstance(item, dict) and key not in DICT_KEYS:
             out.update(_flatten(item, path + "."))
         else:
             out[path] = item
@@ -334,11 +342,11 @@ def parse_assignment(text: str) -> tuple[str, Any]:
 def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     """Set `a.b.c` in a nested dict; `prompts.NAME` sets one prompt override."""
     parts = key.split(".")
-    if parts[0] == "prompts" and len(parts) == 2:
-        data.setdefault("prompts", {})[parts[1]] = value
+    if parts[0] in ("prompts", "env_config") and len(parts) == 2:
+        data.setdefault(parts[0], {})[parts[1]] = value
         return
     known = set(config_keys())
-    if key not in known and not (key in ("prompts", "prices") and isinstance(value, dict)):
+    if key not in known and not (key in DICT_KEYS and isinstance(value, dict)):
         raise ConfigError(_unknown_key(key))
     node = data
     for part in parts[:-1]:
@@ -364,7 +372,7 @@ def merge_dicts(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """Recursive merge: values in `extra` win (a new dict)."""
     out = dict(base)
     for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and key not in ("prompts", "prices"):
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key not in DICT_KEYS:
             out[key] = merge_dicts(out[key], value)
         else:
             out[key] = value
@@ -376,7 +384,7 @@ def build_config(file: str | Path | None = None, overrides: dict[str, Any] | Non
     """`base` (defaults), then the file, then overrides; everything validated."""
     data = load_config_file(file) if file else {}
     flat_file = _flatten(data)
-    unknown = [k for k in flat_file if k not in set(config_keys()) and not k.startswith(("prompts", "prices"))]
+    unknown = [k for k in flat_file if k not in set(config_keys()) and not k.startswith(DICT_KEYS)]
     if unknown:
         raise ConfigError(_unknown_key(unknown[0]))
     if file:

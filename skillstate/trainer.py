@@ -20,6 +20,7 @@ from skillstate.engine.runner import (
     fork_run,
     load_run,
 )
+from skillstate.envs.registry import env_settings, resolve_env
 from skillstate.errors import UserError
 from skillstate.history import run_summary
 from skillstate.reducer import RunState, need
@@ -57,7 +58,8 @@ def check_resumable(state: RunState, config: SkillConfig, run_id: str) -> None:
     """A resumed run must keep every setting that affects what it computes."""
     # the stored config is read back through the model, so keys added since it was written take their defaults
     stored = semantic_view(public_config(validate_config(dict(state.config))))
-    given = semantic_view(public_config(config))
+    settings = env_settings(resolve_env(config.env), config.env_config, config.env)  # stored with its defaults
+    given = semantic_view(public_config(config.model_copy(update={"env_config": settings.model_dump(mode="json")})))
     for key in sorted(set(stored) | set(given)):
         if stored.get(key) != given.get(key):
             raise UserError(

@@ -10,7 +10,8 @@ from typing import Any
 from skillstate import __version__
 from skillstate.config import SkillConfig, merge_overrides, public_config, redact, validate_config
 from skillstate.engine.loading import lineage_events, new_run_id, roles_of, state_of, step_boundary
-from skillstate.envs import QAEnv, load_dataset_dir
+from skillstate.envs import QAEnv, SkillEnv
+from skillstate.envs.registry import env_settings, resolve_env
 from skillstate.errors import ConfigError, DataError, UserError
 from skillstate.events import RunForked, RunStarted
 from skillstate.llm.base import FatalLLMError
@@ -20,13 +21,16 @@ from skillstate.store import GENESIS, Store
 from skillstate.util import canonical_json, hash_value, sha256_text
 
 
-def _dataset(config: SkillConfig) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
+def _dataset(config: SkillConfig, env: type[SkillEnv]) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
     """The splits and the default skill of the run's environment."""
     wanted = [config.train_split, config.val_split, config.test_split]
     if config.data:
-        return load_dataset_dir(config.data, wanted), None
+        return env.load_splits(config.data, wanted), None
     if config.backend != "sim":
         raise DataError("backend openai needs a dataset: pass --data DIR (with train/val/test .jsonl)")
+    if not issubclass(env, QAEnv):
+        raise DataError(f"env {config.env!r} needs a dataset: pass --data DIR (the bundled sim world is "
+                        "question answering)")
     from skillstate.sim.world import bundled_skill, bundled_splits
 
     generated = bundled_splits()
@@ -34,14 +38,14 @@ def _dataset(config: SkillConfig) -> tuple[dict[str, list[dict[str, Any]]], str 
     return splits, bundled_skill()
 
 
-def _initial_skill(config: SkillConfig, default: str | None) -> str:
+def _initial_skill(config: SkillConfig, default: str | None, env: SkillEnv) -> str:
     if config.initial_skill:
         try:
             return Path(config.initial_skill).expanduser().read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise ConfigError(f"cannot read initial skill {config.initial_skill}: "
                               f"{getattr(err, 'strerror', None) or err}") from None
-    return default if default is not None else QAEnv({}).default_skill()
+    return default if default is not None else env.default_skill()
 
 
 # More steps than this is a mistake, not a plan (SkillOpt's own runs have tens).
@@ -87,10 +91,13 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     if store.get_run(run_id) is not None:
         raise UserError(f"run {run_id!r} already exists")
     preflight(config, roles_of("eval" if eval_split else "train"), probe=False)
-    splits, default_skill = _dataset(config)
+    env_cls = resolve_env(config.env)
+    settings = env_settings(env_cls, config.env_config, config.env)
+    config = config.model_copy(update={"env_config": settings.model_dump(mode="json")})  # stored with defaults
+    splits, default_skill = _dataset(config, env_cls)
     if eval_split is not None and eval_split not in splits:
         raise ConfigError(f"unknown split {eval_split!r} (this run's splits: {', '.join(splits)})")
-    skill = _initial_skill(config, default_skill)
+    skill = _initial_skill(config, default_skill, env_cls(splits, settings))
     prompts = resolve_prompts(config.prompts)
     blobs: dict[str, str] = {}
 
@@ -117,7 +124,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
 
 
 # Keys a fork may not change: they define what the inherited state means.
-FIXED_ON_FORK = ("env", "data", "train_split", "val_split", "test_split", "initial_skill")
+FIXED_ON_FORK = ("env", "env_config", "data", "train_split", "val_split", "test_split", "initial_skill")
 
 
 def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, Any],

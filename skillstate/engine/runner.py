@@ -33,8 +33,8 @@ from skillstate.engine.loading import (  # noqa: F401  (re-exported)
     state_of,
     step_boundary,
 )
-from skillstate.envs import QAEnv
 from skillstate.envs.base import SkillEnv
+from skillstate.envs.registry import make_env
 from skillstate.errors import BudgetStop, LLMStop, StorageStop
 from skillstate.events import Event
 from skillstate.lease import RunLease
@@ -131,13 +131,10 @@ def drive(ctx: RunContext, state: RunState, before_stage: Callable[[str], None] 
 
 
 # Environment kinds by the config key `env`.
-ENVIRONMENTS: dict[str, type[SkillEnv]] = {"qa": QAEnv}
-
-
 def env_of(store: Store, state: RunState) -> SkillEnv:
-    """The run's environment, on the dataset snapshot stored in its log."""
+    """The run's environment, with its stored settings, on the dataset snapshot stored in its log."""
     splits = {name: json.loads(store.get_blob(info["hash"])) for name, info in state.dataset.items()}
-    return ENVIRONMENTS[state.config.get("env", "qa")](splits)
+    return make_env(state.config.get("env", "qa"), state.config.get("env_config") or {}, splits)
 
 
 def make_backend(config: SkillConfig, env: SkillEnv, role: str) -> LLMClient:

@@ -1,10 +1,21 @@
-"""The environment interface."""
+"""The environment interface.
+
+An environment holds the splits of a dataset and runs the target on one
+item. To bring your own, subclass `SkillEnv` (or `QAEnv` to keep its data
+format and scoring), then name it in the config: `env:
+"python:my_pkg.my_module:MyEnv"`, or register it under the entry point group
+`skillstate.envs` of an installed package and use that name. Its own settings
+go in the config's `env_config` section, validated by `config_model`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
 
 from skillstate.llm.base import CallResult
 
@@ -22,18 +33,48 @@ class RolloutOutcome:
     call: CallResult | None = None
 
 
+class Item(BaseModel):
+    """The least a data item has: an id (more fields are kept as they are)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    task_type: str = ""
+
+
+class NoConfig(BaseModel):
+    """The `env_config` of an environment that takes none: it must be empty."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class SkillEnv:
     """Holds the splits of a dataset and runs the target on one item.
 
-    Subclasses implement `rollout`; multi-turn environments call `complete`
-    several times and return the whole conversation.
+    Subclasses implement `default_skill` and `rollout`; multi-turn
+    environments call `complete` several times and return the whole
+    conversation. Class attributes a subclass may set:
+    - `item_model`: the pydantic model every data item is validated with;
+    - `config_model`: the pydantic model of its `env_config` section (the
+      validated values are stored in the run's log; `self.config` holds them).
     """
 
     kind = "base"
+    item_model: ClassVar[type[BaseModel]] = Item
+    config_model: ClassVar[type[BaseModel]] = NoConfig
 
-    def __init__(self, splits: dict[str, list[dict[str, Any]]]):
+    def __init__(self, splits: dict[str, list[dict[str, Any]]], config: BaseModel | None = None):
         self.splits = splits
+        self.config = config if config is not None else self.config_model()
         self._by_id = {item["id"]: item for items in splits.values() for item in items}
+
+    @classmethod
+    def load_splits(cls, path: str | Path, splits: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """The splits of a dataset directory: DIR/<split>.jsonl (or .json), each
+        item validated with `item_model`."""
+        from skillstate.envs.qa import load_dataset_dir
+
+        return load_dataset_dir(path, splits, cls.item_model)
 
     def items(self, split: str) -> list[dict[str, Any]]:
         return self.splits[split]

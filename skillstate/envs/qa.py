@@ -81,7 +81,7 @@ def score_answer(prediction: str, answers: list[str]) -> tuple[float, float, str
     return 0.0, soft, f"wrong_answer: expected {answers[0]!r}, got {prediction.strip()[:200]!r}"
 
 
-def _read_items(path: Path) -> list[dict[str, Any]]:
+def _read_items(path: Path, model: type[BaseModel]) -> list[dict[str, Any]]:
     try:
         text = path.read_text(encoding="utf-8-sig")  # a BOM at the start is fine
     except (OSError, UnicodeDecodeError) as err:
@@ -91,14 +91,15 @@ def _read_items(path: Path) -> list[dict[str, Any]]:
         if not isinstance(obj, dict):
             raise DataError(f"{path}: item {n} is not a JSON object")
         try:
-            item = QAItem.model_validate(obj)
+            item = model.model_validate(obj)
         except ValidationError as err:
             first = err.errors()[0]
             field = ".".join(str(p) for p in first["loc"]) or "item"
             raise DataError(f"{path}: item {n}: {field}: {first['msg']}") from None
-        if item.id in seen:
-            raise DataError(f"{path}: duplicate id {item.id!r}")
-        seen.add(item.id)
+        item_id = item.id  # type: ignore[attr-defined]  # every item model has an id (envs.base.Item)
+        if item_id in seen:
+            raise DataError(f"{path}: duplicate id {item_id!r}")
+        seen.add(item_id)
         items.append(item.model_dump(exclude_none=True))
     if not items:
         raise DataError(f"{path}: no items")
@@ -137,8 +138,11 @@ def _is_one_object(text: str) -> bool:
         return False
 
 
-def load_dataset_dir(path: str | Path, splits: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """Read DIR/<split>.jsonl (or .json) for each split."""
+def load_dataset_dir(path: str | Path, splits: list[str],
+                     item_model: type[BaseModel] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Read DIR/<split>.jsonl (or .json) for each split, validating each item
+    with `item_model` (default: a question-answering item)."""
+    model = item_model or QAItem
     base = Path(path).expanduser()
     expected = ", ".join(f"{s}.jsonl" for s in splits)
     if base.is_file():
@@ -152,7 +156,7 @@ def load_dataset_dir(path: str | Path, splits: list[str]) -> dict[str, list[dict
             raise DataError(f"{base}: both {split}.jsonl and {split}.json exist; keep one of them")
         if not found:
             raise DataError(f"{base}: missing {split}.jsonl")
-        out[split] = _read_items(found[0])
+        out[split] = _read_items(found[0], model)
     ids = Counter(item["id"] for items in out.values() for item in items)
     dup = next((i for i, c in ids.items() if c > 1), None)
     if dup is not None:
@@ -162,13 +166,10 @@ def load_dataset_dir(path: str | Path, splits: list[str]) -> dict[str, list[dict
 
 class QAEnv(SkillEnv):
     kind = "qa"
-
-    def __init__(self, splits: dict[str, list[dict[str, Any]]], default_skill: str = DEFAULT_SKILL):
-        super().__init__(splits)
-        self._default_skill = default_skill
+    item_model = QAItem
 
     def default_skill(self) -> str:
-        return self._default_skill
+        return DEFAULT_SKILL
 
     def user_message(self, item: dict[str, Any], prompts: dict[str, str]) -> str:
         context = item.get("context")

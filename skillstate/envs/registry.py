@@ -1,0 +1,79 @@
+"""Environments by name: the built-in ones, those installed packages register
+under the entry point group `skillstate.envs`, and `python:MODULE:CLASS` for
+a class importable from the Python path. Every failure is one ConfigError."""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from skillstate.envs.base import SkillEnv
+from skillstate.errors import ConfigError
+
+BUILTIN: dict[str, str] = {"qa": "skillstate.envs.qa:QAEnv"}
+ENTRY_POINT_GROUP = "skillstate.envs"
+PYTHON_PREFIX = "python:"
+
+
+def _installed() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def known_names() -> list[str]:
+    return sorted(set(BUILTIN) | set(_installed()))
+
+
+def _load(target: str, name: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"env {name!r}: write python:MODULE:CLASS, e.g. python:my_pkg.envs:MyEnv")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # ImportError, or the module's own error at import time
+        raise ConfigError(f"env {name!r}: cannot import {module_name}: {type(err).__name__}: "
+                          f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(f"env {name!r}: module {module_name} has no {attr}") from None
+
+
+def resolve_env(name: str) -> type[SkillEnv]:
+    """The environment class `name` stands for."""
+    if name.startswith(PYTHON_PREFIX):
+        cls = _load(name[len(PYTHON_PREFIX):], name)
+    elif name in BUILTIN:
+        cls = _load(BUILTIN[name], name)
+    else:
+        installed = _installed()
+        if name not in installed:
+            raise ConfigError(f"unknown env {name!r} (known: {', '.join(known_names())}; or python:MODULE:CLASS)")
+        try:
+            cls = installed[name].load()
+        except Exception as err:
+            raise ConfigError(f"env {name!r}: its entry point {installed[name].value} fails to load: "
+                              f"{type(err).__name__}: {err}") from None
+    if not (isinstance(cls, type) and issubclass(cls, SkillEnv)):
+        raise ConfigError(f"env {name!r} is not a skillstate environment (a subclass of skillstate.envs.SkillEnv)")
+    return cls
+
+
+def env_settings(cls: type[SkillEnv], raw: dict[str, Any], name: str) -> BaseModel:
+    """The environment's `env_config`, validated by its own model."""
+    try:
+        return cls.config_model.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "env_config"
+        msg = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":
+            msg = f"env {name!r} has no such setting"
+        raise ConfigError(f"invalid env_config.{where}: {msg}") from None
+
+
+def make_env(name: str, raw_config: dict[str, Any], splits: dict[str, list[dict[str, Any]]]) -> SkillEnv:
+    cls = resolve_env(name)
+    return cls(splits, env_settings(cls, raw_config, name))
