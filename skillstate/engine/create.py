@@ -24,13 +24,13 @@ from skillstate.util import canonical_json, hash_value, sha256_text
 def _dataset(config: SkillConfig, env: type[SkillEnv]) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
     """The splits and the default skill of the run's environment."""
     wanted = [config.train_split, config.val_split, config.test_split]
+    if config.backend == "sim" and not issubclass(env, QAEnv):
+        raise ConfigError(f"env {config.env!r} is not question answering, the only kind the sim backend plays: "
+                          "use --backend openai with --data DIR")
     if config.data:
         return env.load_splits(config.data, wanted), None
     if config.backend != "sim":
         raise DataError("backend openai needs a dataset: pass --data DIR (with train/val/test .jsonl)")
-    if not issubclass(env, QAEnv):
-        raise DataError(f"env {config.env!r} needs a dataset: pass --data DIR (the bundled sim world is "
-                        "question answering)")
     from skillstate.sim.world import bundled_skill, bundled_splits
 
     generated = bundled_splits()
