@@ -182,11 +182,15 @@ class QAEnv(SkillEnv):
         task_type = item.get("task_type", "")
         if not result.ok:
             return RolloutOutcome(0.0, 0.0, f"rollout_error: {result.error}", "", messages, task_type, result)
-        hard, soft, reason = score_answer(result.text, item["answers"])
+        hard, soft, reason = self.score(result.text, item)
         if result.truncated and reason:  # a wrong answer that ran out of tokens says so
             reason += " (reply truncated at max_tokens)"
         convo = messages + [{"role": "assistant", "content": result.text}]
         return RolloutOutcome(hard, soft, reason, result.text, convo, task_type, result)
+
+    def score(self, prediction: str, item: dict[str, Any]) -> tuple[float, float, str]:
+        """(hard, soft, fail_reason) of a reply; a subclass may score differently."""
+        return score_answer(prediction, item["answers"])
 
     def describe_item(self, item: dict[str, Any]) -> dict[str, Any]:
         return {"id": item["id"], "task_type": item.get("task_type", ""), "expected": item["answers"]}
