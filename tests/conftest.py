@@ -45,6 +45,28 @@ def _pg_schema_url(base: str) -> tuple[str, str]:
     return schema, f"{base}{sep}options=-csearch_path%3D{schema}"
 
 
+def new_pg_schema(base: str) -> tuple[str, str]:
+    """A fresh, empty schema on the server at `base`: (its name, a URL whose search path is it)."""
+    from sqlalchemy import create_engine, text
+
+    schema, url = _pg_schema_url(base)
+    admin = create_engine(base)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    admin.dispose()
+    return schema, url
+
+
+def drop_pg_schemas(base: str, schemas: list[str]) -> None:
+    from sqlalchemy import create_engine, text
+
+    admin = create_engine(base)
+    with admin.begin() as conn:
+        for schema in schemas:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    admin.dispose()
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def any_store(request, tmp_path):
     """The same tests against every storage backend."""
@@ -56,18 +78,11 @@ def any_store(request, tmp_path):
     base = os.environ.get(PG_ENV)
     if not base:
         pytest.skip(f"{PG_ENV} is not set")
-    from sqlalchemy import create_engine, text
-
-    schema, url = _pg_schema_url(base)
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    schema, url = new_pg_schema(base)
     s = Store(url)
     yield s
     s.close()
-    with admin.begin() as conn:
-        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-    admin.dispose()
+    drop_pg_schemas(base, [schema])
 
 
 SLOW_ENV = "SKILLSTATE_SLOW"

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import PG_ENV, _pg_schema_url, scripted_factory, small_config
-from sqlalchemy import create_engine, delete, func, select, text, update
+from conftest import PG_ENV, drop_pg_schemas, new_pg_schema, scripted_factory, small_config
+from sqlalchemy import delete, func, select, update
 
 from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
@@ -78,22 +78,13 @@ class Databases:
             return f"sqlite:///{self.tmp_path / f'db{self.n}.db'}"
         if not PG_BASE:
             pytest.skip(f"{PG_ENV} is not set")
-        schema, url = _pg_schema_url(PG_BASE)
-        admin = create_engine(PG_BASE)
-        with admin.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        admin.dispose()
+        schema, url = new_pg_schema(PG_BASE)
         self.schemas.append(schema)
         return url
 
     def drop(self) -> None:
-        if not self.schemas:
-            return
-        admin = create_engine(PG_BASE)
-        with admin.begin() as conn:
-            for schema in self.schemas:
-                conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
+        if self.schemas and PG_BASE:
+            drop_pg_schemas(PG_BASE, self.schemas)
 
 
 class Proc:
@@ -824,14 +815,15 @@ def test_verify_after_a_failed_call_succeeded_in_a_later_stage(dbs, flaky):
         store.close()
 
 
+def die_after_test_baseline(p):
+    if p.kind == "event" and p.event.type == "TestEvaluated" and p.event.label == "baseline":
+        raise Crash()
+
+
 def test_verify_after_a_failed_call_succeeded_in_the_resumed_run(dbs, flaky):
     url = dbs.new()
     store = Store(url)
     try:
-        def die_after_test_baseline(p):
-            if p.kind == "event" and p.event.type == "TestEvaluated" and p.event.label == "baseline":
-                raise Crash()
-
         with pytest.raises(Crash):
             Trainer(small_config(num_epochs=1), store=store, run_id="r", backend_factory=flaky_factory(),
                     on_progress=die_after_test_baseline).train()
@@ -851,10 +843,6 @@ def test_verify_after_a_failed_call_succeeded_in_another_run(dbs, flaky):
     url = dbs.new()
     store = Store(url)
     try:
-        def die_after_test_baseline(p):
-            if p.kind == "event" and p.event.type == "TestEvaluated" and p.event.label == "baseline":
-                raise Crash()
-
         with pytest.raises(Crash):
             Trainer(small_config(num_epochs=1), store=store, run_id="r1", backend_factory=flaky_factory(),
                     on_progress=die_after_test_baseline).train()
