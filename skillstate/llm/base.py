@@ -14,30 +14,69 @@ from skillstate.util import canonical_json, hash_value
 class ChatRequest:
     backend: str
     model: str
-    messages: tuple[tuple[str, str], ...]  # (role, content)
+    # (role, content), or (role, content, canonical JSON of the message's other keys: `tool_calls` of an
+    # assistant message, `tool_call_id` and `name` of a tool result)
+    messages: tuple[tuple[str, ...], ...]
     temperature: float | None
     max_tokens: int
     response_format: str | None = None  # canonical JSON of the `response_format` sent, if any
+    tools: str | None = None  # canonical JSON of the `tools` list sent, if any
 
     @classmethod
-    def build(cls, backend: str, model: str, messages: list[dict[str, str]], temperature: float | None,
-              max_tokens: int, response_format: dict[str, Any] | None = None) -> ChatRequest:
+    def build(cls, backend: str, model: str, messages: list[dict[str, Any]], temperature: float | None,
+              max_tokens: int, response_format: dict[str, Any] | None = None,
+              tools: list[dict[str, Any]] | None = None) -> ChatRequest:
         fmt = canonical_json(response_format) if response_format is not None else None
-        return cls(backend, model, tuple((m["role"], m["content"]) for m in messages), temperature, max_tokens, fmt)
+        return cls(backend, model, tuple(_message_tuple(m) for m in messages), temperature, max_tokens, fmt,
+                   canonical_json(tools) if tools else None)
 
-    def message_dicts(self) -> list[dict[str, str]]:
-        return [{"role": r, "content": c} for r, c in self.messages]
+    def message_dicts(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for m in self.messages:
+            d: dict[str, Any] = {"role": m[0], "content": m[1]}
+            if len(m) > 2:
+                d.update(json.loads(m[2]))
+            out.append(d)
+        return out
+
+    def tool_list(self) -> list[dict[str, Any]]:
+        return json.loads(self.tools) if self.tools else []
 
     def to_dict(self) -> dict[str, Any]:
         out = {"backend": self.backend, "model": self.model, "messages": self.message_dicts(),
                "temperature": self.temperature, "max_tokens": self.max_tokens}
-        if self.response_format is not None:  # absent otherwise, so older request hashes stay valid
+        # absent when unset, so the hashes of requests without them stay what they were
+        if self.response_format is not None:
             out["response_format"] = json.loads(self.response_format)
+        if self.tools is not None:
+            out["tools"] = json.loads(self.tools)
         return out
 
     @property
     def hash(self) -> str:
         return hash_value(self.to_dict())
+
+
+def _message_tuple(m: dict[str, Any]) -> tuple[str, ...]:
+    extra = {k: v for k, v in m.items() if k not in ("role", "content") and v is not None}
+    content = m.get("content") or ""
+    return (m["role"], content, canonical_json(extra)) if extra else (m["role"], content)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call the model asked for; `arguments` is the JSON text it wrote."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    def to_message(self) -> dict[str, Any]:
+        """As it goes back to the model inside the assistant message."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
 @dataclass(frozen=True)
@@ -46,15 +85,21 @@ class ChatResponse:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens, "finish_reason": self.finish_reason}
+        out: dict[str, Any] = {"text": self.text, "prompt_tokens": self.prompt_tokens,
+                               "completion_tokens": self.completion_tokens, "finish_reason": self.finish_reason}
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ChatResponse:
+        calls = tuple(ToolCall(str(c.get("id", "")), str(c.get("name", "")), str(c.get("arguments", "")))
+                      for c in data.get("tool_calls") or [] if isinstance(c, dict))
         return cls(data.get("text", ""), data.get("prompt_tokens", 0), data.get("completion_tokens", 0),
-                   data.get("finish_reason"))
+                   data.get("finish_reason"), calls)
 
 
 class LLMClient(Protocol):
@@ -74,6 +119,7 @@ class CallResult:
     error: str | None = None
     cached: bool = field(default=False, compare=False)
     truncated: bool = False  # the reply stopped at max_tokens (finish_reason length)
+    tool_calls: tuple[ToolCall, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -22,7 +22,7 @@ import openai
 
 from skillstate.config import ModelConfig, redact
 from skillstate.errors import UserError
-from skillstate.llm.base import CallFailed, ChatRequest, ChatResponse, FatalLLMError
+from skillstate.llm.base import CallFailed, ChatRequest, ChatResponse, FatalLLMError, ToolCall
 
 DEFAULT_AZURE_API_VERSION = "2024-10-21"
 
@@ -70,6 +70,8 @@ class OpenAIBackend:
             kwargs["temperature"] = request.temperature
         if request.response_format is not None:
             kwargs["response_format"] = json.loads(request.response_format)
+        if request.tools is not None:
+            kwargs["tools"] = request.tool_list()
         try:
             raw = self.client.chat.completions.with_raw_response.create(**kwargs)
         except openai.APIStatusError as err:
@@ -214,7 +216,25 @@ def parse_chat_body(text: str, content_type: str, fatal) -> ChatResponse:
         prompt_tokens=_int(usage.get("prompt_tokens")),
         completion_tokens=_int(usage.get("completion_tokens")),
         finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
+        tool_calls=_tool_calls(message.get("tool_calls") if isinstance(message, dict) else None),
     )
+
+
+def _tool_calls(raw: Any) -> tuple[ToolCall, ...]:
+    """The function calls of a reply message; anything else there is a malformed reply."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise CallFailed(f"malformed reply: tool_calls is {json.dumps(raw)[:60]}, not a list")
+    calls = []
+    for n, call in enumerate(raw):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise CallFailed(f"malformed reply: tool_calls[{n}] is {json.dumps(call)[:60]}")
+        args = fn.get("arguments")
+        calls.append(ToolCall(id=str(call.get("id") or f"call_{n}"), name=fn["name"],
+                              arguments=args if isinstance(args, str) else json.dumps(args or {})))
+    return tuple(calls)
 
 
 def _int(value: Any) -> int:

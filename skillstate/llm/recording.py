@@ -45,7 +45,7 @@ class RecordingClient:
             self.health.served(self.role)
             recorded = ChatResponse.from_dict(row.response or {})
             return CallResult(self._ref(h, recorded), text=recorded.text, cached=True,
-                              truncated=recorded.finish_reason == "length")
+                              truncated=recorded.finish_reason == "length", tool_calls=recorded.tool_calls)
         self.health.check()
         if self.budget is not None:
             self.budget.check()
@@ -73,7 +73,8 @@ class RecordingClient:
         if error is not None:
             return CallResult(CallRef(request_hash=h, role=self.role, error=error), error=error)
         reply = cast(ChatResponse, resp)  # error is None only after a reply: every failure above sets it
-        return CallResult(self._ref(h, reply), text=reply.text, truncated=reply.finish_reason == "length")
+        return CallResult(self._ref(h, reply), text=reply.text, truncated=reply.finish_reason == "length",
+                          tool_calls=reply.tool_calls)
 
     def unusable(self, request: ChatRequest, resp: ChatResponse) -> str | None:
         """Why a well-formed reply is still a failed call, if it is. An empty
@@ -98,7 +99,8 @@ class RecordingClient:
         if row.error is not None:
             return CallResult(CallRef(request_hash=h, role=self.role, error=row.error), error=row.error, cached=True)
         resp = ChatResponse.from_dict(row.response or {})
-        return CallResult(self._ref(h, resp), text=resp.text, cached=True, truncated=resp.finish_reason == "length")
+        return CallResult(self._ref(h, resp), text=resp.text, cached=True, truncated=resp.finish_reason == "length",
+                          tool_calls=resp.tool_calls)
 
     def _ref(self, h: str, resp: ChatResponse) -> CallRef:
         return CallRef(request_hash=h, role=self.role, prompt_tokens=resp.prompt_tokens,

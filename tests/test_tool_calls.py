@@ -1,0 +1,64 @@
+"""Function calling in the LLM layer: requests carry `tools`, replies carry
+`tool_calls`, both are in the request hash and the journal, and they work
+through the real `openai` client against the local sim server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from skillstate.llm.base import CallFailed, ChatRequest, ChatResponse, ToolCall
+from skillstate.llm.openai_backend import parse_chat_body
+from skillstate.util import hash_value
+
+TOOLS = [{"type": "function", "function": {"name": "sql", "description": "run a query",
+                                           "parameters": {"type": "object",
+                                                          "properties": {"query": {"type": "string"}}}}}]
+MESSAGES = [{"role": "system", "content": "skill"}, {"role": "user", "content": "How many?"}]
+
+
+def test_a_request_without_tools_hashes_as_it_always_did():
+    req = ChatRequest.build("sim", "m", MESSAGES, 0.0, 16)
+    old = {"backend": "sim", "model": "m", "messages": MESSAGES, "temperature": 0.0, "max_tokens": 16}
+    assert req.hash == hash_value(old) and "tools" not in req.to_dict()
+
+
+def test_tools_and_tool_messages_are_in_the_hash():
+    plain = ChatRequest.build("sim", "m", MESSAGES, 0.0, 16)
+    with_tools = ChatRequest.build("sim", "m", MESSAGES, 0.0, 16, tools=TOOLS)
+    assert with_tools.hash != plain.hash and with_tools.to_dict()["tools"] == TOOLS
+    call = ToolCall("call_1", "sql", '{"query": "select 1"}')
+    convo = MESSAGES + [{"role": "assistant", "content": "", "tool_calls": [call.to_message()]},
+                        {"role": "tool", "tool_call_id": "call_1", "content": '{"rows": [[1]]}'}]
+    req = ChatRequest.build("sim", "m", convo, 0.0, 16, tools=TOOLS)
+    assert req.message_dicts() == convo  # the exact messages go back out, and into the journal
+    other = ChatRequest.build("sim", "m", convo[:-1] + [{**convo[-1], "tool_call_id": "call_2"}], 0.0, 16,
+                              tools=TOOLS)
+    assert other.hash != req.hash
+
+
+def test_tool_calls_round_trip_through_the_journal_form():
+    resp = ChatResponse("", 3, 4, "tool_calls", (ToolCall("c1", "sql", '{"query": "x"}'),))
+    assert ChatResponse.from_dict(json.loads(json.dumps(resp.to_dict()))) == resp
+    assert "tool_calls" not in ChatResponse("hi").to_dict()
+
+
+def _body(message, finish="tool_calls"):
+    return json.dumps({"choices": [{"index": 0, "finish_reason": finish, "message": message}],
+                       "usage": {"prompt_tokens": 5, "completion_tokens": 2}})
+
+
+def test_the_openai_body_parser_reads_tool_calls():
+    msg = {"role": "assistant", "content": None,
+           "tool_calls": [{"id": "call_9", "type": "function",
+                           "function": {"name": "sql", "arguments": "{\"query\": \"select 1\"}"}}]}
+    resp = parse_chat_body(_body(msg), "application/json", RuntimeError)
+    assert resp.text == "" and resp.tool_calls == (ToolCall("call_9", "sql", '{"query": "select 1"}'),)
+
+
+@pytest.mark.parametrize("bad", ["nope", [{"type": "function"}], [{"function": {"arguments": "{}"}}]])
+def test_malformed_tool_calls_are_a_failed_call(bad):
+    with pytest.raises(CallFailed, match="malformed reply: tool_calls"):
+        parse_chat_body(_body({"role": "assistant", "content": None, "tool_calls": bad}), "application/json",
+                        RuntimeError)
