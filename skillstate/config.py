@@ -66,6 +66,24 @@ class OptimizerModelConfig(ModelConfig):
                             "of each prompt (OpenAI, vLLM and llama.cpp accept both); text sends no response_format.")
 
 
+class EpisodeConfig(BaseModel):
+    """How multi-turn episodes run and what the analysts see of them (text worlds and tool-using agents)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    max_turns: int = Field(30, ge=1, le=1000, description="Target calls per episode (actions, or tool-calling rounds).")
+    max_invalid: int = Field(5, ge=1, description="This many invalid actions (or failed tool calls) in a row end the "
+                                                  "episode as a failure.")
+    history: int = Field(6, ge=0, description="Recent turns shown in full to the target each turn; all its earlier "
+                                              "actions are always listed.")
+    max_observation_chars: int = Field(2000, ge=100, description="Longer observations are cut in prompts (never in the "
+                                                                 "stored trajectory).")
+    reflect_last: int = Field(6, ge=1, description="Turns at the end of an episode that the analysts see.")
+    reflect_score_changes: bool = Field(True, description="The analysts also see every turn where the score changed.")
+    reflect_max_turns: int = Field(16, ge=1, description="At most this many turns of one episode in an analyst's "
+                                                         "view.")
+
+
 class SkillConfig(BaseModel):
     """Every knob of a SkillOpt run. Field names are the config keys."""
 
@@ -87,6 +105,7 @@ class SkillConfig(BaseModel):
         None, description="Markdown file with the starting skill; default: the environment's.")
     optimizer: OptimizerModelConfig = Field(default_factory=OptimizerModelConfig)
     target: TargetModelConfig = Field(default_factory=TargetModelConfig)
+    episode: EpisodeConfig = Field(default_factory=EpisodeConfig)
 
     # training schedule
     num_epochs: int = Field(4, ge=1, le=100_000)

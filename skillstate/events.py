@@ -130,7 +130,7 @@ class RolloutCompleted(Event):
         return [self.skill, *(r.trajectory for r in self.results if r.trajectory)]
 
     def usage(self) -> dict[str, Usage]:
-        return usage_of([r.call for r in self.results])
+        return usage_of([c for r in self.results for c in r.all_calls()])
 
 
 class PatchProposed(Event):
@@ -285,7 +285,7 @@ class EpochCompared(Event):
         return [self.previous_skill, self.skill, *(r.trajectory for r in rs if r.trajectory)]
 
     def usage(self) -> dict[str, Usage]:
-        return usage_of([r.call for r in self.previous_results + self.results])
+        return usage_of([c for r in self.previous_results + self.results for c in r.all_calls()])
 
 
 class SlowUpdateProposed(Event):

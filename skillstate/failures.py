@@ -37,8 +37,13 @@ def call_refs(value: Any) -> Iterator[CallRef]:
 
 def _blob_refs(results: list[dict[str, Any]]) -> Iterator[CallRef]:
     for item in results:
-        if isinstance(item, dict) and isinstance(item.get("call"), dict):
+        if not isinstance(item, dict):
+            continue
+        if isinstance(item.get("call"), dict):
             yield CallRef.model_validate(item["call"])
+        for call in item.get("calls") or []:
+            if isinstance(call, dict):
+                yield CallRef.model_validate(call)
 
 
 def failed_calls(store: Store, own: list[StoredEvent]) -> dict[str, Any]:

@@ -54,8 +54,14 @@ class ItemResult(Frozen):
     soft: float
     fail_reason: str = ""
     prediction: str = ""
-    trajectory: str | None = None  # blob hash of the conversation
-    call: CallRef | None = None
+    trajectory: str | None = None  # blob hash of the conversation (of the whole episode, for a multi-turn env)
+    call: CallRef | None = None  # the one call of a single-turn rollout
+    calls: list[CallRef] = []  # every call of a multi-turn rollout, in order
+    turns: int = 0  # actions taken (multi-turn)
+    seed: int | None = None  # what the environment was reset with (multi-turn)
+
+    def all_calls(self) -> list[CallRef]:
+        return ([self.call] if self.call is not None else []) + list(self.calls)
 
 
 class SplitScore(Frozen):

@@ -103,11 +103,11 @@ class RunContext:
 
     # -- LLM calls ----------------------------------------------------------
 
-    def llm(self, role: str, messages: list[dict[str, str]],
-            response_format: dict[str, Any] | None = None) -> CallResult:
+    def llm(self, role: str, messages: list[dict[str, Any]], response_format: dict[str, Any] | None = None,
+            tools: list[dict[str, Any]] | None = None) -> CallResult:
         cfg = getattr(self.config, role)
         request = ChatRequest.build(self.config.backend, self.config.model_for(role), messages,
-                                    cfg.temperature, cfg.max_tokens, response_format)
+                                    cfg.temperature, cfg.max_tokens, response_format, tools)
         return self.clients[role].complete(request)
 
     def optimizer(self, user: str, reply: type[BaseModel] | None = None) -> CallResult:
@@ -133,10 +133,10 @@ class RunContext:
             self.on_progress(Progress(kind, stage, state, event, stored))
 
 
-def item_view(env: SkillEnv, result: Any, conversation: list[dict[str, str]]) -> dict[str, Any]:
+def item_view(env: SkillEnv, result: Any, trajectory: Any) -> dict[str, Any]:
     """One trajectory as the optimizer sees it."""
     view = env.describe_item(env.item(result.item_id))
     view.update(prediction=result.prediction, fail_reason=result.fail_reason,
-                score={"hard": result.hard, "soft": round(result.soft, 3)},
-                conversation=[m for m in conversation if m["role"] != "system"])
+                score={"hard": result.hard, "soft": round(result.soft, 3)})
+    view.update(env.reflection_view(trajectory))
     return view

@@ -7,11 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from skillstate import __version__
 from skillstate.config import SkillConfig, merge_overrides, public_config, redact, validate_config
 from skillstate.engine.loading import lineage_events, new_run_id, roles_of, state_of, step_boundary
 from skillstate.envs import QAEnv, SkillEnv
+from skillstate.envs.episode import EpisodeEnv
 from skillstate.envs.registry import env_settings, resolve_env
+from skillstate.envs.tools import ToolEnv
 from skillstate.errors import ConfigError, DataError, UserError
 from skillstate.events import RunForked, RunStarted
 from skillstate.llm.base import FatalLLMError
@@ -21,14 +25,20 @@ from skillstate.store import GENESIS, Store
 from skillstate.util import canonical_json, hash_value, sha256_text
 
 
-def _dataset(config: SkillConfig, env: type[SkillEnv]) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
+def _dataset(config: SkillConfig, env: type[SkillEnv],
+             settings: BaseModel) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
     """The splits and the default skill of the run's environment."""
     wanted = [config.train_split, config.val_split, config.test_split]
-    if config.backend == "sim" and not issubclass(env, QAEnv):
-        raise ConfigError(f"env {config.env!r} is not question answering, the only kind the sim backend plays: "
-                          "use --backend openai with --data DIR")
+    if config.backend == "sim" and not issubclass(env, (QAEnv, EpisodeEnv, ToolEnv)):
+        raise ConfigError(f"env {config.env!r} is none of the kinds the sim backend plays (question answering, a "
+                          "text world, tool use): use --backend openai")
     if config.data:
         return env.load_splits(config.data, wanted), None
+    own = env.builtin_splits(settings, wanted)
+    if own is not None:
+        return own, None
+    if not issubclass(env, QAEnv):
+        raise DataError(f"env {config.env!r} has no built-in tasks: pass --data DIR (with train/val/test .jsonl)")
     if config.backend != "sim":
         raise DataError("backend openai needs a dataset: pass --data DIR (with train/val/test .jsonl)")
     from skillstate.sim.world import bundled_skill, bundled_splits
@@ -94,7 +104,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     env_cls = resolve_env(config.env)
     settings = env_settings(env_cls, config.env_config, config.env)
     config = config.model_copy(update={"env_config": settings.model_dump(mode="json")})  # stored with defaults
-    splits, default_skill = _dataset(config, env_cls)
+    splits, default_skill = _dataset(config, env_cls, settings)
     if eval_split is not None and eval_split not in splits:
         raise ConfigError(f"unknown split {eval_split!r} (this run's splits: {', '.join(splits)})")
     skill = _initial_skill(config, default_skill, env_cls(splits, settings))

@@ -131,18 +131,17 @@ def drive(ctx: RunContext, state: RunState, before_stage: Callable[[str], None] 
 
 
 # Environment kinds by the config key `env`.
-def env_of(store: Store, state: RunState) -> SkillEnv:
+def env_of(store: Store, state: RunState, config: SkillConfig | None = None) -> SkillEnv:
     """The run's environment, with its stored settings, on the dataset snapshot stored in its log."""
     splits = {name: json.loads(store.get_blob(info["hash"])) for name, info in state.dataset.items()}
-    return make_env(state.config.get("env", "qa"), state.config.get("env_config") or {}, splits)
+    return make_env(state.config.get("env", "qa"), state.config.get("env_config") or {}, splits, config)
 
 
 def make_backend(config: SkillConfig, env: SkillEnv, role: str) -> LLMClient:
     if config.backend == "sim":
-        from skillstate.sim.backend import SimBackend
-        from skillstate.sim.world import SimWorld
+        from skillstate.sim.backend import sim_backend_for
 
-        return SimBackend(SimWorld([item for items in env.splits.values() for item in items]))
+        return sim_backend_for(env)
     from skillstate.llm.openai_backend import OpenAIBackend
 
     return OpenAIBackend(getattr(config, role), role)
@@ -156,7 +155,7 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
                   backend_factory: BackendFactory | None = None) -> RunContext:
     """The context a run executes in. With `verify_until` (a timestamp) there
     is no backend: LLM responses come only from calls recorded until then."""
-    env = env_of(store, state)
+    env = env_of(store, state, config)
     prompts = {name: store.get_blob(h) for name, h in state.prompts.items()}
     scope = None if config.llm_cache == "all" else lineage_run_ids(store, run_id)
     factory = backend_factory or make_backend

@@ -24,6 +24,7 @@ from skillstate.events import (
     Usage,
     usage_of,
 )
+from skillstate.llm.base import CallResult
 from skillstate.reducer import RunState, cache_key, need, step_progress
 from skillstate.scheduler import edit_budget, epoch_batches, position
 from skillstate.util import canonical_json
@@ -32,12 +33,17 @@ from skillstate.util import canonical_json
 
 
 def rollout_items(ctx: RunContext, skill: str, items: list[dict[str, Any]]) -> list[ItemResult]:
+    def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
+        return ctx.llm("target", messages, tools=tools)
+
     def one(item: dict[str, Any]) -> ItemResult:
-        out = ctx.env.rollout(skill, item, lambda msgs: ctx.llm("target", msgs), ctx.prompts)
+        out = ctx.env.rollout(skill, item, complete, ctx.prompts)
+        stored = out.trajectory if out.trajectory is not None else out.messages
         return ItemResult(
             item_id=item["id"], task_type=out.task_type, hard=out.hard, soft=out.soft, fail_reason=out.fail_reason,
-            prediction=out.prediction, trajectory=ctx.put_blob(canonical_json(out.messages)),
-            call=out.call.ref if out.call else None,
+            prediction=out.prediction, trajectory=ctx.put_blob(canonical_json(stored)),
+            call=out.call.ref if out.call else None, calls=[c.ref for c in out.calls], turns=out.turns,
+            seed=out.seed,
         )
 
     return ctx.map(one, items)
@@ -69,7 +75,7 @@ def evaluate(ctx: RunContext, skill_hash: str, split: str) -> tuple[Scores, str,
     cfg = ctx.config
     scores = summarize(results, cfg.gate_metric, cfg.gate_mixed_weight, skill, cfg.semantic_density_weight)
     blob = ctx.put_blob(canonical_json([r.model_dump(mode="json") for r in results]))
-    return scores, blob, usage_of([r.call for r in results])
+    return scores, blob, usage_of([c for r in results for c in r.all_calls()])
 
 
 def baseline(ctx: RunContext, state: RunState) -> list[Event]:

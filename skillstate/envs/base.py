@@ -10,27 +10,39 @@ go in the config's `env_config` section, validated by `config_model`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from skillstate.llm.base import CallResult
 
-Complete = Callable[[list[dict[str, str]]], CallResult]
+
+class Complete(Protocol):
+    """One target call through the run's journal: the messages, and the
+    JSON-schema functions the target may call (a tool-using environment)."""
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult: ...
 
 
 @dataclass(frozen=True)
 class RolloutOutcome:
+    """What one rollout gave. A single-turn environment returns its one call in
+    `call` and the conversation in `messages`; a multi-turn one returns every
+    call in `calls` and the whole episode in `trajectory` (stored as a blob)."""
+
     hard: float
     soft: float
     fail_reason: str
     prediction: str
-    messages: list[dict[str, str]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
     task_type: str = ""
     call: CallResult | None = None
+    calls: list[CallResult] = field(default_factory=list)
+    trajectory: dict[str, Any] | None = None
+    turns: int = 0
+    seed: int | None = None
 
 
 class Item(BaseModel):
@@ -76,6 +88,13 @@ class SkillEnv:
 
         return load_dataset_dir(path, splits, cls.item_model)
 
+    @classmethod
+    def builtin_splits(cls, config: BaseModel, splits: list[str]) -> dict[str, list[dict[str, Any]]] | None:
+        """The environment's own items when the run names no `data` directory
+        (a world that generates its tasks, or a bundled dataset), keyed by the
+        requested split names; None when it has none."""
+        return None
+
     def items(self, split: str) -> list[dict[str, Any]]:
         return self.splits[split]
 
@@ -91,4 +110,10 @@ class SkillEnv:
     def describe_item(self, item: dict[str, Any]) -> dict[str, Any]:
         """What the optimizer is shown about an item besides the conversation."""
         return {"id": item["id"], "task_type": item.get("task_type", "")}
+
+    def reflection_view(self, trajectory: Any) -> dict[str, Any]:
+        """The part of a stored trajectory blob the analysts see: here the
+        conversation without the system prompt (the skill, shown separately)."""
+        messages = trajectory if isinstance(trajectory, list) else trajectory.get("messages", [])
+        return {"conversation": [m for m in messages if m.get("role") != "system"]}
 

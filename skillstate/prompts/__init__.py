@@ -19,6 +19,8 @@ PROMPT_NAMES = (
     # full SkillOpt: update modes, autonomous learning rate, epoch boundary
     "failure_suggestions", "success_suggestions", "rewrite", "failure_rewrite", "success_rewrite", "merge_skills",
     "learning_rate", "slow_update", "meta_skill",
+    # multi-turn environments
+    "episode_user",
 )
 
 

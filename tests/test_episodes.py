@@ -1,0 +1,195 @@
+"""Multi-turn environments on the sim backend: the episode loop, the
+analysts' window, training end to end with audit and verify, and resume
+after a crash in the middle of a multi-turn rollout stage."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from conftest import EXAMPLES
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skillstate.audit import audit, verify
+from skillstate.config import SkillConfig
+from skillstate.engine.runner import lineage_events
+from skillstate.envs.episode import EpisodeSettings
+from skillstate.envs.episode_loop import episode_prompt, window
+from skillstate.store import Store
+from skillstate.trainer import Trainer
+
+ROOMS = "python:rooms_env:RoomsEnv"
+
+
+@pytest.fixture(autouse=True)
+def rooms_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES / "custom_episode"))
+    yield
+    sys.modules.pop("rooms_env", None)
+
+
+def rooms_config(**kw) -> SkillConfig:
+    base = {"env": ROOMS, "num_epochs": 2, "batch_size": 10, "minibatch_size": 5, "episode": {"max_turns": 20}}
+    return SkillConfig(**{**base, **kw})
+
+
+def _payloads(store, run_id):
+    return [(s.type, s.payload) for s in lineage_events(store, run_id)]
+
+
+def test_a_sim_run_in_a_text_world_learns_audits_and_verifies(tmp_path):
+    result = Trainer(rooms_config(), db=f"sqlite:///{tmp_path / 'r.db'}", run_id="r").train()
+    s = result.summary
+    assert s["status"] == "completed"
+    assert s["best_score"] >= s["baseline_score"] + 0.3
+    assert s["test"]["best"]["hard"] > s["test"]["baseline"]["hard"]
+    assert s["rejects"] >= 1
+    assert audit(result.store, "r").ok
+    report = verify(result.store, "r")
+    assert report.ok and report.checked == report.total
+
+
+def test_the_trajectory_blob_holds_every_turn_and_the_result_every_call(tmp_path):
+    import json
+
+    result = Trainer(rooms_config(num_epochs=1), db=f"sqlite:///{tmp_path / 'r.db'}", run_id="r").train()
+    store = result.store
+    rollout = next(s.event for s in lineage_events(store, "r") if s.type == "RolloutCompleted")
+    for r in rollout.results:
+        traj = json.loads(store.get_blob(r.trajectory))
+        assert traj["kind"] == "episode" and traj["seed"] == r.seed is not None
+        assert len(traj["turns"]) == r.turns == len(r.calls) and r.call is None
+        assert [t["request"] for t in traj["turns"]] == [c.request_hash for c in r.calls]
+        assert all({"action", "observation", "reward", "score", "reply"} <= set(t) for t in traj["turns"])
+        assert r.hard == (1.0 if traj["success"] else 0.0)
+        if not traj["success"]:
+            assert r.fail_reason.split(":")[0] in ("max_turns", "invalid_actions", "episode_lost")
+    # usage counts every call of every episode
+    assert rollout.usage()["target"].calls == sum(len(r.calls) for r in rollout.results)
+
+
+def test_what_the_analysts_saw_is_a_recorded_window(tmp_path):
+    import json
+
+    result = Trainer(rooms_config(num_epochs=1, episode={"max_turns": 20, "reflect_last": 2,
+                                                         "reflect_max_turns": 3}),
+                     db=f"sqlite:///{tmp_path / 'r.db'}", run_id="r").train()
+    from sqlalchemy import select
+
+    from skillstate.schema import llm_calls
+
+    with result.store.engine.connect() as conn:
+        requests = [json.loads(r) if isinstance(r, str) else r for (r,) in conn.execute(
+            select(llm_calls.c.request).where(llm_calls.c.role == "optimizer"))]
+    failures = [m["content"] for r in requests for m in r["messages"] if "<failures>" in m["content"]]
+    assert failures
+    body = failures[0].split("<failures>")[1].split("</failures>")[0]
+    views = json.loads(body)
+    for v in views:
+        assert len(v["turns"]) <= 3 and len(v["shown_turns"]) == len(v["turns"]) <= v["total_turns"]
+        assert v["shown_turns"] == [t["turn"] for t in v["turns"]]
+
+
+def test_an_invalid_run_ends_the_episode_with_a_clear_reason(tmp_path):
+    from conftest import Scripted  # noqa: F401  (the pattern: a target that only babbles)
+
+    def babble(config, env, role):
+        from skillstate.sim.backend import sim_backend_for
+
+        real = sim_backend_for(env)
+
+        class Babbler:
+            name = "sim"
+
+            def complete(self, request):
+                from skillstate.llm.base import ChatResponse
+
+                if "<skill>" in request.message_dicts()[-1]["content"]:
+                    return real.complete(request)
+                return ChatResponse(text="Action: dance wildly", prompt_tokens=5, completion_tokens=3)
+
+        return Babbler()
+
+    result = Trainer(rooms_config(num_epochs=1, eval_test=False, episode={"max_turns": 20, "max_invalid": 3}),
+                     db=f"sqlite:///{tmp_path / 'b.db'}", run_id="b", backend_factory=babble).train()
+    rollout = next(s.event for s in lineage_events(result.store, "b") if s.type == "RolloutCompleted")
+    assert all(r.turns == 3 and r.hard == 0 for r in rollout.results)
+    assert all(r.fail_reason.startswith("invalid_actions: 3 invalid actions in a row, the last 'dance wildly'")
+               for r in rollout.results)
+
+
+class Crash(BaseException):
+    pass
+
+
+@pytest.mark.parametrize("after_calls", [40, 400])  # inside the baseline, inside a later rollout
+def test_resume_after_a_crash_mid_episode_stage_is_identical_and_pays_nothing_twice(tmp_path, after_calls):
+    from skillstate.engine.runner import make_backend
+
+    clean = Trainer(rooms_config(), db=f"sqlite:///{tmp_path / 'clean.db'}", run_id="r").train()
+    count = {"n": 0}
+
+    def dying(config, env, role):
+        real = make_backend(config, env, role)
+
+        class Dying:
+            name = real.name
+
+            def complete(self, request):
+                count["n"] += 1
+                if count["n"] > after_calls:
+                    raise Crash()
+                return real.complete(request)
+
+        return Dying()
+
+    store = Store(f"sqlite:///{tmp_path / 'crash.db'}")
+    with pytest.raises(Crash):
+        Trainer(rooms_config(), store=store, run_id="r", backend_factory=dying).train()
+    assert audit(store, "r").ok
+    resumed = Trainer(store=store, run_id="r").train()
+    assert _payloads(store, "r") == _payloads(clean.store, "r")
+    assert resumed.summary["usage"] == clean.summary["usage"]
+    sent = sum(1 for _ in store.read_calls("r"))
+    assert sent == sum(1 for _ in clean.store.read_calls("r"))  # no request sent twice
+
+
+def test_same_log_whatever_the_concurrency(tmp_path):
+    a = Trainer(rooms_config(concurrency=1), db=f"sqlite:///{tmp_path / 'a.db'}", run_id="r").train()
+    b = Trainer(rooms_config(concurrency=8), db=f"sqlite:///{tmp_path / 'b.db'}", run_id="r").train()
+    drop = lambda rows: [(t, p) for t, p in rows if t != "RunStarted"]  # noqa: E731  (config differs)
+    assert drop(_payloads(a.store, "r")) == drop(_payloads(b.store, "r"))
+
+
+# --- the pure parts ------------------------------------------------------------
+
+turn_scores = st.lists(st.one_of(st.none(), st.sampled_from([0.0, 0.25, 0.5, 1.0])), max_size=60)
+
+
+@given(turn_scores, st.integers(1, 10), st.booleans(), st.integers(1, 20))
+@settings(max_examples=200, deadline=None)
+def test_the_window_holds_the_last_turns_and_the_score_changes_within_its_cap(scores, last, changes, cap):
+    turns = [{"turn": i + 1, "score": s} for i, s in enumerate(scores)]
+    cfg = EpisodeSettings(reflect_last=last, reflect_score_changes=changes, reflect_max_turns=cap)
+    shown = window(turns, cfg)
+    assert shown == sorted(set(shown)) and all(0 <= i < len(turns) for i in shown)
+    assert len(shown) <= cap
+    tail = list(range(max(0, len(turns) - min(last, cap)), len(turns)))
+    assert set(tail) <= set(shown)  # the most recent turns always make it
+    if changes and len(shown) < cap:
+        before = 0.0
+        for i, t in enumerate(turns):
+            if t["score"] is not None and t["score"] != before:
+                assert i in shown
+                before = t["score"]
+
+
+def test_the_target_prompt_lists_every_action_and_windows_the_turns():
+    from skillstate.prompts import builtin
+
+    turns = [{"action": f"move east {i}", "observation": f"room {i}"} for i in range(10)]
+    text = episode_prompt(builtin("episode_user"), "Find the coin.", "You are in the kitchen.", turns, "room 9",
+                          EpisodeSettings(history=3))
+    assert "Actions taken so far (10): move east 0 | " in text and "move east 9" in text
+    assert text.count("\n> ") == 3 and "> move east 6\nroom 6" not in text and "> move east 7\nroom 7" in text
