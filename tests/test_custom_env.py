@@ -90,11 +90,11 @@ def test_unknown_or_broken_environments_are_one_line(tmp_path, name, words):
         assert json.loads(CliRunner().invoke(cli, ["runs", "--json", "--db", f"sqlite:///{db}"]).output) == []
 
 
-def test_the_sim_backend_refuses_an_environment_that_is_not_question_answering(tmp_path):
+def test_the_sim_backend_refuses_an_environment_it_cannot_play(tmp_path):
     for data in ([], ["--data", str(EXAMPLES / "qa")]):
         res = CliRunner().invoke(cli, ["run", "--set", "env=python:test_custom_env:NeedsData", "-q", *data,
                                        "--db", f"sqlite:///{tmp_path / 'n.db'}"])
-        _one_line_error(res, "is not question answering, the only kind the sim backend plays")
+        _one_line_error(res, "is none of the kinds the sim backend plays")
 
 
 def test_an_installed_package_registers_an_environment_by_entry_point(tmp_path, monkeypatch):

@@ -8,7 +8,11 @@ of the request, so a sim run is reproducible bit for bit.
 
 from __future__ import annotations
 
-from skillstate.llm.base import ChatRequest, ChatResponse
+from typing import Any
+
+from skillstate.envs.base import SkillEnv
+from skillstate.errors import ConfigError
+from skillstate.llm.base import ChatRequest, ChatResponse, ToolCall
 from skillstate.sim.optimizer import SimOptimizer, _tokens
 from skillstate.sim.world import SimWorld
 from skillstate.util import hash_value, seeded_rng
@@ -19,20 +23,46 @@ class SimBackend:
 
     name = "sim"
 
-    def __init__(self, world: SimWorld):
+    def __init__(self, world: Any):
         self.world = world
         self.optimizer = SimOptimizer(world)
 
-    def respond(self, messages: list[dict[str, str]]) -> str:
-        system = next((m["content"] for m in messages if m["role"] == "system"), "")
+    def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> ChatResponse:
         user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        calls: list[ToolCall] = []
         if "<skill>" in user:
-            return self.optimizer.reply(user, seeded_rng("sim-optimizer", hash_value(messages)))
-        return self.world.answer(system, user)
+            text = self.optimizer.reply(user, seeded_rng("sim-optimizer", hash_value(messages)))
+        else:
+            text, calls = self.world.reply(messages, tools or [])
+        prompt_tokens = sum(_tokens(str(m.get("content") or "")) for m in messages)
+        out_tokens = _tokens(text) + sum(_tokens(c.arguments) for c in calls)
+        return ChatResponse(text=text, prompt_tokens=prompt_tokens, completion_tokens=out_tokens,
+                            finish_reason="tool_calls" if calls else "stop", tool_calls=tuple(calls))
 
     def complete(self, request: ChatRequest) -> ChatResponse:
-        messages = request.message_dicts()
-        text = self.respond(messages)
-        prompt_tokens = sum(_tokens(m["content"]) for m in messages)
-        return ChatResponse(text=text, prompt_tokens=prompt_tokens, completion_tokens=_tokens(text),
-                            finish_reason="stop")
+        return self.respond(request.message_dicts(), request.tool_list())
+
+
+def sim_world_for(env: SkillEnv) -> Any:
+    """The simulated world that plays `env`'s target, or a ConfigError when
+    the sim backend has none for this kind of environment."""
+    from skillstate.envs.episode import EpisodeEnv
+    from skillstate.envs.qa import QAEnv
+    from skillstate.envs.tools import ToolEnv
+
+    if isinstance(env, QAEnv):
+        return SimWorld([item for items in env.splits.values() for item in items])
+    if isinstance(env, EpisodeEnv):
+        from skillstate.sim.agents import EpisodeWorld
+
+        return EpisodeWorld(env)
+    if isinstance(env, ToolEnv):
+        from skillstate.sim.agents import ToolWorld
+
+        return ToolWorld(env)
+    raise ConfigError(f"the sim backend cannot play env {env.kind!r}: it plays question answering, text worlds "
+                      "(EpisodeEnv) and tool use (ToolEnv); use --backend openai")
+
+
+def sim_backend_for(env: SkillEnv) -> SimBackend:
+    return SimBackend(sim_world_for(env))

@@ -11,7 +11,7 @@ from typing import Any
 
 from skillstate.editor import apply_edits
 from skillstate.events import Edit
-from skillstate.sim.world import HARMS, USELESS, SimWorld
+from skillstate.sim.world import SimWorld
 
 
 def _between(text: str, tag: str) -> str | None:
@@ -97,7 +97,7 @@ class SimOptimizer:
     def _propose(self, skill: str, task_type: str, rng, avoid: set[str]) -> dict[str, str] | None:
         """One edit for a failing task type, or None."""
         low = skill.lower()
-        harms = [h for h in HARMS if h.key in low and (not h.task_types or task_type in h.task_types)]
+        harms = [h for h in self.world.harms if h.key in low and (not h.task_types or task_type in h.task_types)]
         if harms and rng.random() < 0.6:
             line = next((ln for ln in skill.splitlines() if harms[0].key in ln.lower()), None)
             if line:
@@ -112,9 +112,9 @@ class SimOptimizer:
         if roll < 0.35:
             text = rng.choice(rule.variants)
         elif roll < 0.8:
-            text = rng.choice(USELESS)
+            text = rng.choice(self.world.useless)
         else:
-            text = rng.choice(HARMS).text
+            text = rng.choice(self.world.harms).text
         if text in avoid:  # told not to: think again, once
             text = rng.choice(rule.variants) if rng.random() < 0.5 else None
         return self._rule_edit(skill, text) if text else None
@@ -123,14 +123,14 @@ class SimOptimizer:
                          avoid: set[str], focus: list[str]) -> str:
         if rng.random() < 0.06:
             return "The skill should be clearer. I would add a rule about checking answers."
-        counts = Counter(f.get("task_type", "") for f in failures)
+        counts = Counter(k for f in failures if isinstance(f, dict) for k in self.world.failure_kinds(f))
         ranked = sorted(counts.items(), key=lambda kv: (kv[0] not in focus, -kv[1], kv[0]))
         edits: list[dict[str, str]] = []
         summary: list[str] = []
         for task_type, n in ranked[:2]:  # an analyst focuses on the commonest patterns
             if len(edits) >= budget:
                 break
-            summary.append(f"{n} failure(s) on {task_type or 'untyped'} questions")
+            summary.append(f"{n} failure(s) on {task_type or 'untyped'} {self.world.noun}")
             edit = self._propose(skill, task_type, rng, avoid)
             if edit:
                 edits.append(edit)
@@ -140,11 +140,11 @@ class SimOptimizer:
         roll = rng.random()
         edits = []
         if 0.55 <= roll < 0.9:
-            text = rng.choice(USELESS)
+            text = rng.choice(self.world.useless)
             if text not in avoid:
                 edits.append(self._rule_edit(skill, text))
-        elif roll >= 0.9 and HARMS[2].text not in avoid:
-            edits.append(self._rule_edit(skill, HARMS[2].text))
+        elif roll >= 0.9 and self.world.harms[-1].text not in avoid:  # the last harm hurts every task type
+            edits.append(self._rule_edit(skill, self.world.harms[-1].text))
         return self._patch_reply(prompt, skill, f"{len(successes)} successes; the skill mostly works.", [], edits)
 
     @staticmethod
@@ -200,11 +200,11 @@ class SimOptimizer:
 
     def _value(self, edit: dict) -> float:
         content, op = str(edit.get("content", "")).lower(), edit.get("op")
-        if op == "delete" and any(h.key in str(edit.get("target", "")).lower() for h in HARMS):
+        if op == "delete" and any(h.key in str(edit.get("target", "")).lower() for h in self.world.harms):
             return 2.5
         if any(key in content for key in self.world.all_rule_keys()):
             return 2.0
-        if any(h.key in content for h in HARMS):
+        if any(h.key in content for h in self.world.harms):
             return 0.5
         return 1.0
 
@@ -242,8 +242,8 @@ class SimOptimizer:
         if rng.random() < 0.06:
             return "Memo: be careful."
         low = skills.lower()
-        lines = [f"- Avoid: {text}" for text in USELESS if text.lower() in low]
-        lines += [f"- Avoid: {h.text}" for h in HARMS if h.key in low]
+        lines = [f"- Avoid: {text}" for text in self.world.useless if text.lower() in low]
+        lines += [f"- Avoid: {h.text}" for h in self.world.harms if h.key in low]
         lines += [f"- Focus: {t}" for t in self._troubled_types(comparison)[:3]]
         return json.dumps({"memo": "\n".join(lines)})
 

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
-from skillstate.sim.backend import SimBackend, _tokens
-from skillstate.sim.world import SimWorld
+from skillstate.sim.backend import SimBackend
 
 
 class _Server(ThreadingHTTPServer):
@@ -47,7 +46,7 @@ SIM_MODEL_IDS = ("sim", "sim-model", "sim-target", "sim-optimizer")
 
 
 class SimServer:
-    def __init__(self, world: SimWorld, host: str = "127.0.0.1", port: int = 0, *,
+    def __init__(self, world: Any, host: str = "127.0.0.1", port: int = 0, *,
                  fail_first: int = 0, retry_after: float = 0.0, fault: FaultRule | None = None):
         self.backend = SimBackend(world)
         self.fail_first = fail_first
@@ -154,16 +153,16 @@ class SimServer:
                 if fault is not None:
                     self._misbehave(fault)
                     return
-                messages = body.get("messages") or []
-                text = server.backend.respond(messages)
-                prompt_tokens = sum(_tokens(str(m.get("content", ""))) for m in messages)
+                reply = server.backend.respond(body.get("messages") or [], body.get("tools") or [])
+                message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+                if reply.tool_calls:
+                    message["tool_calls"] = [c.to_message() for c in reply.tool_calls]
                 self._send(200, {
                     "id": f"chatcmpl-sim-{n}", "object": "chat.completion", "created": int(time.time()),
                     "model": body.get("model", "sim"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": text}}],
-                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": _tokens(text),
-                              "total_tokens": prompt_tokens + _tokens(text)},
+                    "choices": [{"index": 0, "finish_reason": reply.finish_reason, "message": message}],
+                    "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+                              "total_tokens": reply.prompt_tokens + reply.completion_tokens},
                 })
 
         return Handler

@@ -91,7 +91,16 @@ def bundled_skill() -> str:
 
 
 class SimWorld:
-    """The answer key plus the rules that decide what the target gets right."""
+    """The answer key plus the rules that decide what the target gets right.
+
+    Every sim world (this one, and the agents' worlds in `sim.agents`) offers
+    the simulated optimizer the same surface: `rule_for`, `all_rule_keys`,
+    `harms`, `useless`, `noun` and `failure_kinds`; and the sim backend
+    `reply`."""
+
+    harms: tuple[Harm, ...] = HARMS
+    useless: tuple[str, ...] = USELESS
+    noun = "questions"
 
     def __init__(self, items: list[dict[str, Any]]):
         self.items = {item["id"]: item for item in items}
@@ -103,6 +112,16 @@ class SimWorld:
     def all_rule_keys(self) -> list[str]:
         types = {item.get("task_type", "") for item in self.items.values()}
         return [self.rule_for(t).key for t in sorted(types)]
+
+    def failure_kinds(self, failure: dict[str, Any]) -> list[str]:
+        """The rule kinds a failure shown to an analyst points at: here its task type."""
+        return [str(failure.get("task_type", ""))]
+
+    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, list[Any]]:
+        """The target's (text, tool calls) for a request."""
+        system = next((m["content"] for m in messages if m["role"] == "system"), "")
+        user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        return self.answer(system, user), []
 
     def find_item(self, user_text: str) -> dict[str, Any] | None:
         match = re.search(r"Question:\s*(.+)", user_text)
