@@ -13,7 +13,10 @@ from pydantic import BaseModel, ValidationError
 from skillstate.envs.base import SkillEnv
 from skillstate.errors import ConfigError
 
-BUILTIN: dict[str, str] = {"qa": "skillstate.envs.qa:QAEnv"}
+BUILTIN: dict[str, str] = {
+    "qa": "skillstate.envs.qa:QAEnv",
+    "sql": "skillstate.envs.sql:SqlEnv",
+}
 ENTRY_POINT_GROUP = "skillstate.envs"
 PYTHON_PREFIX = "python:"
 
@@ -74,6 +77,20 @@ def env_settings(cls: type[SkillEnv], raw: dict[str, Any], name: str) -> BaseMod
         raise ConfigError(f"invalid env_config.{where}: {msg}") from None
 
 
-def make_env(name: str, raw_config: dict[str, Any], splits: dict[str, list[dict[str, Any]]]) -> SkillEnv:
+def make_env(name: str, raw_config: dict[str, Any], splits: dict[str, list[dict[str, Any]]],
+             run_config: Any = None) -> SkillEnv:
+    """An environment on `splits`; `run_config` (a SkillConfig) gives a
+    multi-turn environment its episode settings."""
     cls = resolve_env(name)
-    return cls(splits, env_settings(cls, raw_config, name))
+    env = cls(splits, env_settings(cls, raw_config, name))
+    if run_config is not None:
+        apply_settings(env, run_config)
+    return env
+
+
+def apply_settings(env: SkillEnv, run_config: Any) -> None:
+    from skillstate.envs.episode import EpisodeSettings
+
+    if hasattr(env, "settings"):
+        env.settings = EpisodeSettings(**run_config.episode.model_dump(), seed=run_config.seed,
+                                       workers=run_config.concurrency)
