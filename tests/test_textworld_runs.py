@@ -1,0 +1,97 @@
+"""Training runs in the real text worlds on the sim backend: TextWorldExpress
+and ScienceWorld end to end with audit and `replay --verify` (which re-plays
+every episode in the world), resume after a crash inside a multi-turn
+rollout stage, and the one-line Java error. Marked `textworlds`."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from skillstate.audit import audit, verify
+from skillstate.config import SkillConfig
+from skillstate.engine.runner import lineage_events
+from skillstate.store import Store
+from skillstate.trainer import Trainer
+
+pytestmark = pytest.mark.textworlds
+
+TWX = {"env": "textworld_express",
+       "env_config": {"games": ["cookingworld"], "items_per_split": {"train": 16, "val": 10, "test": 10}},
+       "num_epochs": 2, "batch_size": 8, "minibatch_size": 4, "episode": {"max_turns": 40}}
+SW = {"env": "scienceworld",
+      "env_config": {"tasks": ["find-living-thing"], "items_per_split": {"train": 4, "val": 2, "test": 2}},
+      "num_epochs": 1, "batch_size": 4, "minibatch_size": 2, "eval_test": False, "episode": {"max_turns": 20}}
+
+
+def _payloads(store, run_id):
+    return [(s.type, s.payload) for s in lineage_events(store, run_id)]
+
+
+def test_a_textworld_express_run_learns_audits_and_verifies_by_replaying_the_world(tmp_path):
+    pytest.importorskip("textworld_express")
+    result = Trainer(SkillConfig(**TWX), db=f"sqlite:///{tmp_path / 't.db'}", run_id="t").train()
+    s = result.summary
+    assert s["status"] == "completed" and s["best_score"] > s["baseline_score"]
+    assert set(s["test"]["best"]["by_task_type"]) == {"cookingworld"}
+    assert audit(result.store, "t").ok
+    report = verify(result.store, "t")
+    assert report.ok and report.checked == report.total
+
+
+def test_a_scienceworld_run_audits_and_verifies(tmp_path):
+    pytest.importorskip("scienceworld")
+    result = Trainer(SkillConfig(**SW), db=f"sqlite:///{tmp_path / 's.db'}", run_id="s").train()
+    assert result.summary["status"] == "completed"
+    assert audit(result.store, "s").ok
+    report = verify(result.store, "s")
+    assert report.ok and report.checked == report.total
+
+
+class Crash(BaseException):
+    pass
+
+
+def test_resume_after_a_crash_inside_a_textworld_rollout_is_identical_and_pays_nothing_twice(tmp_path):
+    pytest.importorskip("textworld_express")
+    from skillstate.engine.runner import make_backend
+
+    cfg = {**TWX, "num_epochs": 1}
+    clean = Trainer(SkillConfig(**cfg), db=f"sqlite:///{tmp_path / 'clean.db'}", run_id="r").train()
+    count = {"n": 0}
+
+    def dying(config, env, role):
+        real = make_backend(config, env, role)
+
+        class Dying:
+            name = real.name
+
+            def complete(self, request):
+                count["n"] += 1
+                if count["n"] > 300:  # past the baseline, inside the first rollout's episodes
+                    raise Crash()
+                return real.complete(request)
+
+        return Dying()
+
+    store = Store(f"sqlite:///{tmp_path / 'crash.db'}")
+    with pytest.raises(Crash):
+        Trainer(SkillConfig(**cfg), store=store, run_id="r", backend_factory=dying).train()
+    assert audit(store, "r").ok
+    resumed = Trainer(store=store, run_id="r").train()
+    assert _payloads(store, "r") == _payloads(clean.store, "r")
+    assert resumed.summary["usage"] == clean.summary["usage"]
+    assert len(store.read_calls("r")) == len(clean.store.read_calls("r"))
+
+
+def test_without_java_a_textworld_run_is_one_line_and_no_run(tmp_path, monkeypatch):
+    pytest.importorskip("textworld_express")
+    from skillstate.cli.main import cli
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no java here
+    db = f"sqlite:///{tmp_path / 'j.db'}"
+    res = CliRunner().invoke(cli, ["run", "--env", "textworld_express", "-q", "--db", db])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "needs Java" in lines[0] and "apt install" in lines[0]
+    assert Store(db).list_runs() == []
