@@ -15,7 +15,10 @@ from skillstate.errors import UserError
 @cli.command("sim-server")
 @click.option("--port", type=int, default=8000, show_default=True)
 @click.option("--data", type=click.Path(), help="Serve this dataset's world instead of the bundled one.")
-def sim_server(port, data) -> None:
+@click.option("--env", "env_name", default="qa", show_default=True,
+              help="The environment whose target the server plays (qa, sql, textworld_express, ... with its "
+                   "built-in tasks, or --data).")
+def sim_server(port, data, env_name) -> None:
     """Serve the simulated world over an OpenAI-compatible API on 127.0.0.1,
     to try --backend openai offline. Stop with Ctrl-C.
 
@@ -25,15 +28,13 @@ def sim_server(port, data) -> None:
         OPENAI_API_KEY=local skillstate run --backend openai --model sim \\
             --base-url http://127.0.0.1:8000/v1 --data DIR
     """
-    from skillstate.envs import load_dataset_dir
     from skillstate.sim.server import SimServer
-    from skillstate.sim.world import SimWorld, bundled_splits
 
     if not 0 <= port <= 65535:
         raise UserError(f"--port must be 0 to 65535 (0 picks a free port), got {port}")
-    splits = load_dataset_dir(data, ["train", "val", "test"]) if data else bundled_splits()
+    world = sim_world_named(env_name, data)
     try:
-        server = SimServer(SimWorld([i for items in splits.values() for i in items]), port=port)
+        server = SimServer(world, port=port)
     except OSError as err:  # the port is taken, or not ours to bind
         raise UserError(f"cannot serve on 127.0.0.1:{port}: {err.strerror or err}"
                         + (" (pick another --port)" if port else "")) from None
@@ -44,6 +45,23 @@ def sim_server(port, data) -> None:
         pass
     finally:
         server.httpd.server_close()
+
+
+def sim_world_named(env_name: str, data: str | None):
+    """The sim world of an environment, on its built-in tasks or a dataset directory."""
+    from skillstate.envs.registry import env_settings, resolve_env
+    from skillstate.sim.backend import sim_world_for
+    from skillstate.sim.world import SimWorld, bundled_splits
+
+    names = ["train", "val", "test"]
+    if env_name == "qa" and not data:
+        return SimWorld([i for items in bundled_splits().values() for i in items])
+    cls = resolve_env(env_name)
+    settings = env_settings(cls, {}, env_name)
+    splits = cls.load_splits(data, names) if data else cls.builtin_splits(settings, names)
+    if splits is None:
+        raise UserError(f"env {env_name!r} has no built-in tasks: pass --data DIR")
+    return sim_world_for(cls(splits, settings))
 
 
 @cli.group()

@@ -29,6 +29,8 @@ from skillstate.util import check_run_id, parse_step
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML or TOML config file.")
 @click.option("--backend", type=click.Choice(["sim", "openai"]), help="LLM backend for both roles.")
 @click.option("--data", type=click.Path(), help="Dataset directory (train/val/test .jsonl).")
+@click.option("--env", "env_name", help="The environment: qa (default), sql, textworld_express, scienceworld, an "
+                                        "installed name or python:MODULE:CLASS.")
 @click.option("--model", help="Model for both roles.")
 @click.option("--optimizer-model", help="Model of the optimizer (reflect, merge, rank).")
 @click.option("--target-model", help="Model of the target agent.")
@@ -43,8 +45,8 @@ from skillstate.util import check_run_id, parse_step
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @db_option
-def run(config_file, backend, data, model, optimizer_model, target_model, base_url, run_id, epochs, batch_size,
-        edit_budget, lr, assignments, max_cost_usd, quiet, as_json, db) -> None:
+def run(config_file, backend, data, env_name, model, optimizer_model, target_model, base_url, run_id, epochs,
+        batch_size, edit_budget, lr, assignments, max_cost_usd, quiet, as_json, db) -> None:
     """Train a skill: baseline, then rollout, reflect, aggregate, select,
     update and gate for every step; test at the end.
 
@@ -60,12 +62,14 @@ def run(config_file, backend, data, model, optimizer_model, target_model, base_u
         skillstate run --run-id my-run          # resume after a crash
         skillstate run --set use_slow_update=true --set use_meta_skill=true
         skillstate run --max-cost-usd 2.50      # stop cleanly once $2.50 is spent
+        skillstate run --env sql                # a tool-using agent over a bundled database
+        skillstate run --env textworld_express  # a text-world agent (pip install "skillstate[textworlds]")
     """
     from skillstate.engine.runner import load_run
     from skillstate.trainer import Trainer
 
     overrides: dict[str, Any] = {}
-    flags = {"backend": backend, "data": data, "num_epochs": epochs, "batch_size": batch_size,
+    flags = {"backend": backend, "data": data, "env": env_name, "num_epochs": epochs, "batch_size": batch_size,
              "edit_budget": edit_budget, "lr_scheduler": lr, "max_cost_usd": max_cost_usd}
     overrides.update({k: v for k, v in flags.items() if v is not None})
     for role in ("target", "optimizer"):

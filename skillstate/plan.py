@@ -53,7 +53,13 @@ def _merge_calls(patches: int, fan_in: int) -> int:
     return calls
 
 
-def plan_run(config: SkillConfig, splits: dict[str, list[dict[str, Any]]], skill: str) -> RunPlan:
+TURN_OBSERVATION_TOKENS = 120  # a text world's observation, or a tool's output, in tokens
+
+
+def plan_run(config: SkillConfig, splits: dict[str, list[dict[str, Any]]], skill: str,
+             multi_turn: bool = False) -> RunPlan:
+    """With `multi_turn` every rollout counts as `episode.max_turns` target
+    calls, each prompt holding the recent turns."""
     items = [i for rows in splits.values() for i in rows]
     item_chars = sum(len(str(i.get("question", ""))) + len(str(i.get("context") or "")) for i in items) / max(
         len(items), 1)
@@ -72,6 +78,9 @@ def plan_run(config: SkillConfig, splits: dict[str, list[dict[str, Any]]], skill
     if config.use_meta_skill:
         optimizer += epochs_with_boundary
     target_prompt = _tokens(len(skill) + item_chars) + 20
+    if multi_turn:
+        target *= config.episode.max_turns
+        target_prompt += (config.episode.history + 2) * TURN_OBSERVATION_TOKENS
     optimizer_prompt = OPTIMIZER_PROMPT_OVERHEAD + _tokens(len(skill) + config.minibatch_size * (item_chars + 400))
     models = {role: config.model_for(role) for role in ("target", "optimizer")}
     prices = {role: price_for(model, config.prices) for role, model in models.items()}
@@ -86,7 +95,10 @@ def plan_run(config: SkillConfig, splits: dict[str, list[dict[str, Any]]], skill
 def plan_of(store: Store, run_id: str) -> RunPlan:
     """The plan of a run already created, from its log (its dataset snapshot and initial skill)."""
     from skillstate.engine.runner import config_of, env_of, load_run
+    from skillstate.envs.episode import EpisodeEnv
+    from skillstate.envs.tools import ToolEnv
 
     state = load_run(store, run_id).state
-    return plan_run(config_of(state), env_of(store, state).splits,
-                    store.get_blob(need(state.initial_skill, "the initial skill")))
+    env = env_of(store, state)
+    return plan_run(config_of(state), env.splits, store.get_blob(need(state.initial_skill, "the initial skill")),
+                    multi_turn=isinstance(env, (EpisodeEnv, ToolEnv)))

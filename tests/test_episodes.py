@@ -193,3 +193,32 @@ def test_the_target_prompt_lists_every_action_and_windows_the_turns():
                           EpisodeSettings(history=3))
     assert "Actions taken so far (10): move east 0 | " in text and "move east 9" in text
     assert text.count("\n> ") == 3 and "> move east 6\nroom 6" not in text and "> move east 7\nroom 7" in text
+
+
+@pytest.mark.parametrize("features", [
+    dict(use_slow_update=True, use_meta_skill=True, lr_control="autonomous", slow_update_gate=True),
+    dict(update_mode="rewrite", accumulation=2, num_epochs=2),
+    dict(update_mode="full_rewrite", gate_metric="mixed", semantic_density_weight=0.1),
+], ids=["slow-meta-autonomous", "rewrite-accumulation", "full-rewrite-mixed"])
+def test_every_skillopt_feature_works_on_an_episode_env(tmp_path, features):
+    cfg = rooms_config(**{"num_epochs": 3, **features})
+    result = Trainer(cfg, db=f"sqlite:///{tmp_path / 'f.db'}", run_id="f").train()
+    assert result.summary["status"] == "completed"
+    types = {s.type for s in lineage_events(result.store, "f")}
+    if features.get("use_slow_update"):
+        assert {"SlowUpdateDecided", "MetaSkillWritten"} <= types
+    assert audit(result.store, "f").ok
+    report = verify(result.store, "f")
+    assert report.ok and report.checked == report.total
+
+
+def test_fork_from_a_step_of_an_episode_run_reuses_its_calls(tmp_path):
+    from skillstate.engine.create import fork_run
+
+    store = Store(f"sqlite:///{tmp_path / 'k.db'}")
+    Trainer(rooms_config(), store=store, run_id="p").train()
+    sent_before = len(store.read_calls("p"))
+    child = fork_run(store, "p", 2, {"lr_scheduler": "linear"}, run_id="c", probe=False)
+    Trainer(store=store, run_id=child).train()
+    assert len(store.read_calls("p")) == sent_before
+    assert audit(store, "c").ok and verify(store, "c").ok

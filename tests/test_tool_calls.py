@@ -62,3 +62,43 @@ def test_malformed_tool_calls_are_a_failed_call(bad):
     with pytest.raises(CallFailed, match="malformed reply: tool_calls"):
         parse_chat_body(_body({"role": "assistant", "content": None, "tool_calls": bad}), "application/json",
                         RuntimeError)
+
+
+SQL_RUN = {"env": "sql", "num_epochs": 1, "batch_size": 12, "minibatch_size": 4,
+           "episode": {"max_turns": 6, "max_invalid": 3}}
+
+
+def test_a_tool_using_run_through_the_openai_client_matches_the_sim_backend(tmp_path, monkeypatch):
+    from sqlalchemy import select
+
+    from skillstate.audit import audit, verify
+    from skillstate.cli.tools import sim_world_named
+    from skillstate.config import SkillConfig
+    from skillstate.schema import llm_calls
+    from skillstate.sim.server import SimServer
+    from skillstate.trainer import Trainer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "local-test-key")
+    sim = Trainer(SkillConfig(**SQL_RUN), db=f"sqlite:///{tmp_path / 's.db'}", run_id="s").train().summary
+    with SimServer(sim_world_named("sql", None)) as server:
+        role = {"model": "sim", "base_url": server.base_url, "max_retries": 0}
+        cfg = SkillConfig(**SQL_RUN, backend="openai", target=role, optimizer=role)
+        result = Trainer(cfg, db=f"sqlite:///{tmp_path / 'o.db'}", run_id="o").train()
+    s = result.summary
+    assert s["status"] == "completed"
+    # the same world behind HTTP: the same scores, decisions and usage as in-process
+    for key in ("baseline_score", "best_score", "accepts", "rejects"):
+        assert s[key] == sim[key]
+    assert s["test"] == sim["test"]
+    with result.store.engine.connect() as conn:
+        rows = list(conn.execute(select(llm_calls.c.request, llm_calls.c.response).where(
+            llm_calls.c.role == "target")))
+    decode = lambda v: json.loads(v) if isinstance(v, str) else v  # noqa: E731
+    sent_tools = [decode(r) for r, _ in rows if "tools" in decode(r)]
+    called = [decode(resp) for _, resp in rows if resp is not None and decode(resp).get("tool_calls")]
+    assert sent_tools and called
+    assert {t["function"]["name"] for t in sent_tools[0]["tools"]} == {"sql", "schema"}
+    assert any(m["role"] == "tool" for r in sent_tools for m in r["messages"])  # results went back as tool messages
+    assert audit(result.store, "o").ok
+    report = verify(result.store, "o")
+    assert report.ok and report.checked == report.total

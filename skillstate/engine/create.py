@@ -102,6 +102,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
         raise UserError(f"run {run_id!r} already exists")
     preflight(config, roles_of("eval" if eval_split else "train"), probe=False)
     env_cls = resolve_env(config.env)
+    env_cls.check_requirements()
     settings = env_settings(env_cls, config.env_config, config.env)
     config = config.model_copy(update={"env_config": settings.model_dump(mode="json")})  # stored with defaults
     splits, default_skill = _dataset(config, env_cls, settings)

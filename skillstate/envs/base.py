@@ -89,6 +89,12 @@ class SkillEnv:
         return load_dataset_dir(path, splits, cls.item_model)
 
     @classmethod
+    def check_requirements(cls) -> None:
+        """Raise a one-line ConfigError when something the environment needs
+        outside Python's reach is missing (a JVM, a package in an extra).
+        Called before a run is created or resumed."""
+
+    @classmethod
     def builtin_splits(cls, config: BaseModel, splits: list[str]) -> dict[str, list[dict[str, Any]]] | None:
         """The environment's own items when the run names no `data` directory
         (a world that generates its tasks, or a bundled dataset), keyed by the

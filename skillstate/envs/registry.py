@@ -16,6 +16,8 @@ from skillstate.errors import ConfigError
 BUILTIN: dict[str, str] = {
     "qa": "skillstate.envs.qa:QAEnv",
     "sql": "skillstate.envs.sql:SqlEnv",
+    "textworld_express": "skillstate.envs.textworlds.twx:TextWorldExpress",
+    "scienceworld": "skillstate.envs.textworlds.scienceworld:ScienceWorld",
 }
 ENTRY_POINT_GROUP = "skillstate.envs"
 PYTHON_PREFIX = "python:"
@@ -82,6 +84,7 @@ def make_env(name: str, raw_config: dict[str, Any], splits: dict[str, list[dict[
     """An environment on `splits`; `run_config` (a SkillConfig) gives a
     multi-turn environment its episode settings."""
     cls = resolve_env(name)
+    cls.check_requirements()
     env = cls(splits, env_settings(cls, raw_config, name))
     if run_config is not None:
         apply_settings(env, run_config)

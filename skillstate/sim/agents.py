@@ -4,12 +4,13 @@ Its competence depends on what the skill says, the way the QA sim's does.
 
 Text worlds: the agent knows a good action sequence for the episode (the
 environment's reference path, e.g. TextWorldExpress's gold path). Each step
-of it has a kind (opening doors, navigating, taking objects, ...). For a kind
-the skill has a rule for, the agent takes the step; otherwise it may get
-stuck on it, decided once per (episode, step), and then says so in a
-`Thought:` line and takes a wasteful or invalid action until the episode
-ends. Stuck actions never change the world, so the reference path stays
-valid. The analysts read those thoughts in the turns they are shown.
+of it has a kind (opening doors, navigating, taking objects, ...). Whether
+the agent can handle a kind in an episode is decided once per (episode,
+kind), with a high chance when the skill has the rule for that kind; at the
+first step of a kind it cannot handle it gets stuck, says so in a `Thought:`
+line and takes wasteful or invalid actions until the episode ends. Stuck
+actions never change the world, so the reference path stays valid. The
+analysts read those thoughts in the turns they are shown.
 
 Tools: the agent calls the environment's reference tool calls only when the
 skill tells it when to use them for that kind of question; otherwise it
@@ -39,31 +40,31 @@ STEP_RULES: dict[str, Rule] = {r.task_type: r for r in (
     Rule("doors", "open closed doors", (
         "Open closed doors and containers before trying to go through them or look inside (open door to X).",
         "Before moving towards a closed door, open closed doors first: the way is blocked until you do.",
-    ), 0.55),
+    ), 0.6),
     Rule("navigation", "room by room", (
         "Explore room by room: move through each exit you have not tried yet, towards rooms you have not seen.",
         "Navigate room by room and remember which exits you already used; never go back without a reason.",
-    ), 0.65),
+    ), 0.7),
     Rule("objects", "pick it up", (
         "As soon as you see the object the task is about, pick it up (take X / pick up X) before anything else.",
         "When the target object is in the room, pick it up right away, using its exact name.",
-    ), 0.6),
+    ), 0.65),
     Rule("observation", "look around", (
         "When you enter a new room, look around first so you know what is there.",
         "Use look around after every move, and read the whole observation before acting.",
-    ), 0.75),
+    ), 0.8),
     Rule("focus", "focus on", (
         "Use 'focus on X' only on the exact thing the task names, once you have found it.",
         "When the task asks you to focus on something, find it first, then focus on it exactly once.",
-    ), 0.5),
+    ), 0.55),
     Rule("recipe", "follow the recipe", (
         "Read the cookbook, then follow the recipe step by step: slice, chop or cook each ingredient as it says.",
         "In cooking tasks, follow the recipe exactly: prepare every ingredient the way it says before the meal.",
-    ), 0.5),
+    ), 0.55),
     Rule("devices", "activate", (
         "To heat, cool or measure something, activate the device (stove, freezer, thermometer) and use it on it.",
         "Devices do nothing until you activate them: activate the stove or sink before waiting for a change.",
-    ), 0.5),
+    ), 0.55),
 )}
 
 STEP_PHRASES = {
@@ -192,7 +193,7 @@ class EpisodeWorld:
             return "Action: look around", []
         episode = hash_value([match.group("goal"), match.group("first")])
         kind = step_kind(gold[done])
-        if unit_float("sim-step", f"{episode}:{done}") < self.chance(skill, kind):
+        if unit_float("sim-step", f"{episode}:{kind}") < self.chance(skill, kind):
             return f"Action: {gold[done]}", []
         roll = unit_float("sim-waste", f"{episode}:{len(taken)}")
         waste = "look around" if roll < 0.25 else "inventory" if roll < 0.35 else \
