@@ -71,7 +71,7 @@ class EpisodeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    max_turns: int = Field(30, ge=1, le=1000, description="Target calls per episode (actions, or tool-calling rounds).")
+    max_turns: int = Field(50, ge=1, le=1000, description="Target calls per episode (actions, or tool-calling rounds).")
     max_invalid: int = Field(5, ge=1, description="This many invalid actions (or failed tool calls) in a row end the "
                                                   "episode as a failure.")
     history: int = Field(6, ge=0, description="Recent turns shown in full to the target each turn; all its earlier "

@@ -30,7 +30,8 @@ KINDS = [
     pytest.param(("sql", {}), id="sql"),
     pytest.param(("textworld_express", {"games": ["coin"], "items_per_split": {"train": 4, "val": 3, "test": 3}}),
                  id="textworld_express", marks=TEXTWORLDS),
-    pytest.param(("scienceworld", {"tasks": ["find-living-thing"], "variations": {"train": 2, "val": 2, "test": 2}}),
+    pytest.param(("scienceworld", {"tasks": ["find-living-thing"],
+                                   "items_per_split": {"train": 2, "val": 2, "test": 2}}),
                  id="scienceworld", marks=TEXTWORLDS),
 ]
 

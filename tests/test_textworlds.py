@@ -54,7 +54,7 @@ def test_twx_items_are_deterministic_and_draw_each_split_from_its_own_fold():
     config = env_settings(TextWorldExpress, {"games": ["coin", "cookingworld"]}, "twx")
     a = TextWorldExpress.builtin_splits(config, ["tr", "va", "te"])
     assert a == TextWorldExpress.builtin_splits(config, ["tr", "va", "te"])
-    assert [len(a[s]) for s in ("tr", "va", "te")] == [40, 20, 20]
+    assert [len(a[s]) for s in ("tr", "va", "te")] == [80, 20, 20]
     assert [i["fold"] for i in a["va"]] == ["dev"] * 20 and {i["fold"] for i in a["te"]} == {"test"}
     assert [(i["game"], i["seed"]) for i in a["tr"][:4]] == [("coin", 0), ("cookingworld", 0), ("coin", 1),
                                                                ("cookingworld", 1)]
@@ -71,7 +71,7 @@ def test_scienceworld_items_are_deterministic_and_round_robin_over_the_tasks():
     config = env_settings(ScienceWorld, {}, "sw")
     a = ScienceWorld.builtin_splits(config, SPLITS)
     assert a == ScienceWorld.builtin_splits(config, SPLITS)
-    assert [len(a[s]) for s in SPLITS] == [12, 6, 6]
+    assert [len(a[s]) for s in SPLITS] == [24, 8, 8]
     assert [i["task"] for i in a["train"][:4]] == config.tasks
     assert a["val"][0] == {"id": "find-living-thing-dev-150", "task_type": "find-living-thing",
                            "task": "find-living-thing", "fold": "dev", "variation": 150}

@@ -139,4 +139,6 @@ class RoomsEnv(EpisodeEnv):
         return session.goal, session.observation, solve(session.house)
 
     def default_skill(self) -> str:
-        return "# House explorer\n\nYou move through a house to find things.\n\n- Be quick.\n"
+        # a deliberately poor start, for the optimizer to improve
+        return ("# House explorer\n\nYou move through a house to find things.\n\n- Be quick.\n"
+                "- To save time, never look around; act on what you remember.\n")

@@ -24,7 +24,7 @@ from skillstate.envs.base import Complete, RolloutOutcome, SkillEnv
 class EpisodeSettings:
     """How episodes run and how they are shown (the config's `episode` section)."""
 
-    max_turns: int = 30  # actions per episode
+    max_turns: int = 50  # actions per episode
     max_invalid: int = 5  # this many invalid actions in a row end the episode
     history: int = 6  # recent turns shown in full to the target each turn (all its actions are always listed)
     max_observation_chars: int = 2000  # longer observations are cut in the target's prompt (never in the blob)
@@ -99,6 +99,13 @@ class EpisodeEnv(SkillEnv):
         when the world has one. The sim backend's agent plays from it and the
         interface tests check it solves the task; None when there is none."""
         return None
+
+    def reference_session(self, item: dict[str, Any]) -> Session:
+        """An episode of `item` for the sim agent to replay a reference path
+        in. An environment whose episodes hold pooled processes returns one
+        that does not draw on the episodes' pool (the sim agent asks while
+        its own episode holds a process)."""
+        return self.open(item, self.episode_seed(item, self.settings.seed))
 
     def rollout(self, skill: str, item: dict[str, Any], complete: Complete, prompts: dict[str, str]) -> RolloutOutcome:
         from skillstate.envs.episode_loop import run_episode

@@ -40,31 +40,31 @@ STEP_RULES: dict[str, Rule] = {r.task_type: r for r in (
     Rule("doors", "open closed doors", (
         "Open closed doors and containers before trying to go through them or look inside (open door to X).",
         "Before moving towards a closed door, open closed doors first: the way is blocked until you do.",
-    ), 0.6),
+    ), 0.7),
     Rule("navigation", "room by room", (
         "Explore room by room: move through each exit you have not tried yet, towards rooms you have not seen.",
         "Navigate room by room and remember which exits you already used; never go back without a reason.",
-    ), 0.7),
+    ), 0.75),
     Rule("objects", "pick it up", (
         "As soon as you see the object the task is about, pick it up (take X / pick up X) before anything else.",
         "When the target object is in the room, pick it up right away, using its exact name.",
-    ), 0.65),
+    ), 0.75),
     Rule("observation", "look around", (
         "When you enter a new room, look around first so you know what is there.",
         "Use look around after every move, and read the whole observation before acting.",
-    ), 0.8),
+    ), 0.85),
     Rule("focus", "focus on", (
         "Use 'focus on X' only on the exact thing the task names, once you have found it.",
         "When the task asks you to focus on something, find it first, then focus on it exactly once.",
-    ), 0.55),
+    ), 0.65),
     Rule("recipe", "follow the recipe", (
         "Read the cookbook, then follow the recipe step by step: slice, chop or cook each ingredient as it says.",
         "In cooking tasks, follow the recipe exactly: prepare every ingredient the way it says before the meal.",
-    ), 0.55),
+    ), 0.65),
     Rule("devices", "activate", (
         "To heat, cool or measure something, activate the device (stove, freezer, thermometer) and use it on it.",
         "Devices do nothing until you activate them: activate the stove or sink before waiting for a change.",
-    ), 0.55),
+    ), 0.65),
 )}
 
 STEP_PHRASES = {
@@ -76,7 +76,7 @@ STEP_PHRASES = {
 
 EPISODE_HARMS: tuple[Harm, ...] = (
     Harm("never look around", "To save time, never look around; act on what you remember.", 0.4, ("observation",)),
-    Harm("different verb at random", "If an action fails, try a different verb at random.", 0.8, ()),
+    Harm("different verb at random", "If an action fails, try a different verb at random.", 0.9, ()),
 )
 
 EPISODE_USELESS: tuple[str, ...] = (
@@ -110,6 +110,19 @@ def step_kind(action: str) -> str:
 _PROMPT = re.compile(r"Task: (?P<goal>.*?)\n\nStarting observation:\n(?P<first>.*?)\n\n"
                      r"Actions taken so far \((?P<count>\d+)\): (?P<actions>[^\n]*)", re.DOTALL)
 _STUCK = re.compile(r"not sure how to ([a-z ]+)")
+_RECENT = re.compile(r"\nRecent turns:\n(?P<body>.*?)\n\nCurrent observation:", re.DOTALL)
+
+
+def _recent_turns(prompt: str) -> list[tuple[str, str]]:
+    """(action, observation) of the turns the prompt shows in full."""
+    match = _RECENT.search(prompt)
+    if match is None:
+        return []
+    turns: list[tuple[str, str]] = []
+    for block in ("\n" + match.group("body")).split("\n> ")[1:]:
+        action, _, observation = block.partition("\n")
+        turns.append((action.strip(), observation))
+    return turns
 
 
 class EpisodeWorld:
@@ -121,7 +134,7 @@ class EpisodeWorld:
 
     def __init__(self, env: EpisodeEnv):
         self.env = env
-        self._paths: dict[str, list[str]] = {}  # hash of (goal, first observation) -> reference actions
+        self._paths: dict[str, list[dict[str, Any]]] = {}  # hash of (goal, first observation) -> candidates
         self._indexed: set[str] = set()
         self._lock = threading.Lock()
 
@@ -159,23 +172,56 @@ class EpisodeWorld:
                 p *= harm.factor
         return p
 
-    def path(self, goal: str, first: str) -> list[str] | None:
-        key = hash_value([goal.strip(), first.strip()])
+    def candidates(self, goal: str, first: str) -> list[dict[str, Any]]:
+        """The items whose episode starts like this one, with their reference
+        paths (the first request indexes every item once)."""
         with self._lock:
-            if key in self._paths:
-                return self._paths[key]
-            for item in (i for items in self.env.splits.values() for i in items):
-                if item["id"] in self._indexed:
-                    continue
-                self._indexed.add(item["id"])
-                ref = self.env.reference_actions(item)
-                if ref is None:
-                    continue
-                k = hash_value([ref[0].strip(), ref[1].strip()])
-                self._paths.setdefault(k, ref[2])
-                if k == key:
-                    return ref[2]
-        return None
+            if not self._indexed:
+                for item in (i for items in self.env.splits.values() for i in items):
+                    self._indexed.add(item["id"])
+                    ref = self.env.reference_actions(item)
+                    if ref is not None:
+                        key = hash_value([ref[0].strip(), ref[1].strip()])
+                        self._paths.setdefault(key, []).append({"item": item, "actions": ref[2]})
+            return self._paths.get(hash_value([goal.strip(), first.strip()]), [])
+
+    def observations(self, candidate: dict[str, Any]) -> list[str]:
+        """What each step of a candidate's reference path shows, played once."""
+        with self._lock:
+            if "observations" in candidate:
+                return candidate["observations"]
+        session = self.env.reference_session(candidate["item"])
+        try:
+            seen = [session.step(a).observation for a in candidate["actions"]]
+        finally:
+            session.close()
+        with self._lock:
+            return candidate.setdefault("observations", seen)
+
+    def path(self, goal: str, first: str, taken: list[str], recent: list[tuple[str, str]]) -> list[str]:
+        """The reference path of this episode. Episodes that start alike
+        (same task, same first room) are told apart by what the agent has
+        seen: the first candidate whose recorded observations agree with the
+        recent turns' observations."""
+        found = self.candidates(goal, first)
+        if len(found) <= 1:
+            return found[0]["actions"] if found else []
+        for candidate in found:
+            if self._agrees(candidate, taken, recent):
+                return candidate["actions"]
+        return found[0]["actions"]
+
+    def _agrees(self, candidate: dict[str, Any], taken: list[str], recent: list[tuple[str, str]]) -> bool:
+        actions, seen = candidate["actions"], self.observations(candidate)
+        shown = dict(enumerate([None] * (len(taken) - len(recent)) + [obs for _, obs in recent]))
+        done = 0
+        for n, action in enumerate(taken):
+            if done < len(actions) and action == actions[done]:
+                obs = shown.get(n)
+                if obs is not None and seen[done].strip()[:200] != obs.strip()[:200]:
+                    return False
+                done += 1
+        return True
 
     def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, list[ToolCall]]:
         skill = next((m["content"] for m in messages if m["role"] == "system"), "")
@@ -184,7 +230,7 @@ class EpisodeWorld:
         if match is None:
             return "look around", []
         taken = [a.strip() for a in match.group("actions").split(" | ")] if int(match.group("count")) else []
-        gold = self.path(match.group("goal"), match.group("first")) or []
+        gold = self.path(match.group("goal"), match.group("first"), taken, _recent_turns(user))
         done = 0
         for action in taken:
             if done < len(gold) and action == gold[done]:
@@ -198,7 +244,7 @@ class EpisodeWorld:
         roll = unit_float("sim-waste", f"{episode}:{len(taken)}")
         waste = "look around" if roll < 0.25 else "inventory" if roll < 0.35 else \
             ["search the room", "go back", "use door", "find the way", "try again"][int(roll * 50) % 5]
-        if "different verb at random" in skill.lower():
+        if "different verb at random" in skill.lower() or waste == gold[done]:  # a stuck agent makes no progress
             waste = ["search the room", "use door", "try again"][int(roll * 30) % 3]
         return f"Thought: I am not sure how to {STEP_PHRASES[kind]}.\nAction: {waste}", []
 

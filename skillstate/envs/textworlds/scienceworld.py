@@ -102,7 +102,7 @@ class SWConfig(BaseModel):
 
     tasks: list[str] = Field(default_factory=lambda: list(DEFAULT_TASKS), min_length=1,
                              description="ScienceWorld tasks to draw items from, round robin.")
-    items_per_split: dict[str, int] = Field(default_factory=lambda: {"train": 12, "val": 6, "test": 6},
+    items_per_split: dict[str, int] = Field(default_factory=lambda: {"train": 24, "val": 8, "test": 8},
                                             description="Items (task variations) per split, by split name "
                                                         "or train/val/test.")
     simplification: str = Field("easy", description=(
@@ -306,7 +306,12 @@ class ScienceWorld(EpisodeEnv):
     # -- episodes --------------------------------------------------------------
 
     def open(self, item: dict[str, Any], seed: int) -> SWSession:
-        pool = self.pool()
+        return self._open_in(self.pool(), item)
+
+    def reference_session(self, item: dict[str, Any]) -> SWSession:
+        return self._open_in(self._ref_pool(), item)
+
+    def _open_in(self, pool: ProcessPool, item: dict[str, Any]) -> SWSession:
         worker = pool.acquire()
         try:
             goal, obs = self._load(worker, item, gold=False)

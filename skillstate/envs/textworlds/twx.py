@@ -96,7 +96,7 @@ class TWXConfig(BaseModel):
     params: dict[str, str] = Field(default_factory=dict, description=(
         "Game -> TWX gameParams string, e.g. coin: 'numLocations=4,includeDoors=1'. A game left out gets "
         "skillstate's default for it (stored in the run's config)."))
-    items_per_split: dict[str, int] = Field(default_factory=lambda: {"train": 40, "val": 20, "test": 20},
+    items_per_split: dict[str, int] = Field(default_factory=lambda: {"train": 80, "val": 20, "test": 20},
                                             description="Items per split (by split name or train/val/test).")
     step_limit: int = Field(100, ge=1, description="TWX ends an episode after this many actions.")
 
@@ -276,7 +276,12 @@ class TextWorldExpress(EpisodeEnv):
     # -- episodes --------------------------------------------------------------
 
     def open(self, item: dict[str, Any], seed: int) -> TWXSession:
-        pool = self.pool()
+        return self._open_in(self.pool(), item)
+
+    def reference_session(self, item: dict[str, Any]) -> TWXSession:
+        return self._open_in(self._ref_pool(), item)
+
+    def _open_in(self, pool: ProcessPool, item: dict[str, Any]) -> TWXSession:
         worker = pool.acquire()
         try:
             goal, obs = self._reset(worker, item, gold=False)
