@@ -21,6 +21,7 @@ from skillstate.util import check_run_id
 @click.option("--split", default="test", show_default=True, help="train, val or test.")
 @click.option("--data", type=click.Path(), help="Dataset directory (train/val/test .jsonl); default with "
                                                   "backend sim: the bundled simulated world.")
+@click.option("--env", "env_name", help="The environment (default qa; e.g. sql, textworld_express).")
 @click.option("--backend", type=click.Choice(["sim", "openai"]), help="LLM backend of the target.")
 @click.option("--model", "--target-model", "model", help="The target model.")
 @click.option("--base-url", help="OpenAI-compatible endpoint of the target.")
@@ -30,8 +31,8 @@ from skillstate.util import check_run_id
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the results.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @db_option
-def evaluate(skill_file, split, data, backend, model, base_url, config_file, assignments, run_id, quiet, as_json,
-             db) -> None:
+def evaluate(skill_file, split, data, env_name, backend, model, base_url, config_file, assignments, run_id, quiet,
+             as_json, db) -> None:
     """Score a skill file on a split, with results per task type. The
     evaluation is recorded as a run of its own (kind eval), so it shows in
     `skillstate runs` and can be audited and verified like any run.
@@ -41,11 +42,12 @@ def evaluate(skill_file, split, data, backend, model, base_url, config_file, ass
         skillstate export --best > best.md && skillstate eval --skill best.md
         skillstate eval --skill my_skill.md --split val --data examples/qa
         skillstate eval --skill my_skill.md --backend openai --model gpt-4o-mini --data examples/qa
+        skillstate eval --skill agent.md --env sql --split val
     """
     from skillstate.trainer import evaluate_skill
 
     overrides: dict[str, Any] = {"initial_skill": skill_file}
-    flags = {"data": data, "backend": backend, "target.model": model, "target.base_url": base_url}
+    flags = {"data": data, "env": env_name, "backend": backend, "target.model": model, "target.base_url": base_url}
     overrides.update({k: v for k, v in flags.items() if v is not None})
     overrides.update(parse_sets(assignments))
     if run_id is not None:

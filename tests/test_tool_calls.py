@@ -102,3 +102,19 @@ def test_a_tool_using_run_through_the_openai_client_matches_the_sim_backend(tmp_
     assert audit(result.store, "o").ok
     report = verify(result.store, "o")
     assert report.ok and report.checked == report.total
+
+
+def test_eval_scores_a_skill_in_the_sql_env_and_the_rule_it_holds_shows(tmp_path):
+    from click.testing import CliRunner
+
+    from skillstate.cli.main import cli
+
+    skill = tmp_path / "agent.md"
+    skill.write_text("# Database assistant\n\n- For count questions, query the database with the sql tool and "
+                     "answer with the value it returns; never answer from memory.\n", encoding="utf-8")
+    res = CliRunner().invoke(cli, ["eval", "--skill", str(skill), "--env", "sql", "--split", "val", "--json",
+                                   "--db", f"sqlite:///{tmp_path / 'e.db'}"])
+    assert res.exit_code == 0, res.output
+    by_type = json.loads(res.output)["test"]["eval"]["by_task_type"]
+    assert by_type["count"]["hard"] == 1.0
+    assert max(v["hard"] for k, v in by_type.items() if k != "count") < 1.0

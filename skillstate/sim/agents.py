@@ -253,7 +253,7 @@ class EpisodeWorld:
 
 TOOL_HARMS: tuple[Harm, ...] = (
     Harm("guess the schema", "Guess table and column names instead of checking the schema.", 0.7, ()),
-    Harm("answer from memory", "Answer from memory when you are confident; tools are slow.", 0.3, ()),
+    Harm("from memory when you are confident", "Answer from memory when you are confident; tools are slow.", 0.3, ()),
 )
 
 TOOL_USELESS: tuple[str, ...] = (
