@@ -172,3 +172,31 @@ def scripted_factory(optimizer=None, target=None):
         return Scripted(SimWorld([i for items in env.splits.values() for i in items]), optimizer, target)
 
     return factory
+
+
+class Crash(BaseException):
+    """Stands for the process dying (not an LLM error the engine absorbs)."""
+
+
+def crashing_factory(after_calls: int):
+    """A backend factory whose backends die (raise Crash) once `after_calls`
+    requests have been sent, counting across roles."""
+    from skillstate.engine.runner import make_backend
+
+    count = {"n": 0}
+
+    def factory(config, env, role):
+        real = make_backend(config, env, role)
+
+        class Dying:
+            name = real.name
+
+            def complete(self, request):
+                count["n"] += 1
+                if count["n"] > after_calls:
+                    raise Crash()
+                return real.complete(request)
+
+        return Dying()
+
+    return factory

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import scripted_factory, small_config
+from conftest import Crash, crashing_factory, scripted_factory, small_config
 
 from skillstate.audit import audit, verify
 from skillstate.engine.runner import lineage_events
@@ -35,38 +35,12 @@ def test_same_seed_same_log_whatever_the_concurrency(tmp_path):
     assert drop(_payloads(a.store, "r")) == drop(_payloads(b.store, "r"))
 
 
-class Crash(BaseException):
-    """Stands for the process dying (not an LLM error the engine absorbs)."""
-
-
-def _crashing_factory(after_calls: int):
-    from skillstate.engine.runner import make_backend
-
-    count = {"n": 0}
-
-    def factory(config, env, role):
-        real = make_backend(config, env, role)
-
-        class Dying:
-            name = real.name
-
-            def complete(self, request):
-                count["n"] += 1
-                if count["n"] > after_calls:
-                    raise Crash()
-                return real.complete(request)
-
-        return Dying()
-
-    return factory
-
-
 @pytest.mark.parametrize("after_calls", [30, 95, 640])  # baseline, reflect/merge of step 1, mid run
 def test_resume_after_a_crash_mid_stage_reproduces_the_uninterrupted_run(tmp_path, after_calls):
     clean = Trainer(small_config(), db=f"sqlite:///{tmp_path / 'clean.db'}", run_id="r").train()
     store = Store(f"sqlite:///{tmp_path / 'crash.db'}")
     with pytest.raises(Crash):
-        Trainer(small_config(), store=store, run_id="r", backend_factory=_crashing_factory(after_calls)).train()
+        Trainer(small_config(), store=store, run_id="r", backend_factory=crashing_factory(after_calls)).train()
     assert audit(store, "r").ok  # nothing half-written
     resumed = Trainer(store=store, run_id="r").train()
     assert _payloads(store, "r") == _payloads(clean.store, "r")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import EXAMPLES
+from conftest import EXAMPLES, Crash, crashing_factory
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -92,8 +92,6 @@ def test_what_the_analysts_saw_is_a_recorded_window(tmp_path):
 
 
 def test_an_invalid_run_ends_the_episode_with_a_clear_reason(tmp_path):
-    from conftest import Scripted  # noqa: F401  (the pattern: a target that only babbles)
-
     def babble(config, env, role):
         from skillstate.sim.backend import sim_backend_for
 
@@ -119,34 +117,12 @@ def test_an_invalid_run_ends_the_episode_with_a_clear_reason(tmp_path):
                for r in rollout.results)
 
 
-class Crash(BaseException):
-    pass
-
-
 @pytest.mark.parametrize("after_calls", [40, 400])  # inside the baseline, inside a later rollout
 def test_resume_after_a_crash_mid_episode_stage_is_identical_and_pays_nothing_twice(tmp_path, after_calls):
-    from skillstate.engine.runner import make_backend
-
     clean = Trainer(rooms_config(), db=f"sqlite:///{tmp_path / 'clean.db'}", run_id="r").train()
-    count = {"n": 0}
-
-    def dying(config, env, role):
-        real = make_backend(config, env, role)
-
-        class Dying:
-            name = real.name
-
-            def complete(self, request):
-                count["n"] += 1
-                if count["n"] > after_calls:
-                    raise Crash()
-                return real.complete(request)
-
-        return Dying()
-
     store = Store(f"sqlite:///{tmp_path / 'crash.db'}")
     with pytest.raises(Crash):
-        Trainer(rooms_config(), store=store, run_id="r", backend_factory=dying).train()
+        Trainer(rooms_config(), store=store, run_id="r", backend_factory=crashing_factory(after_calls)).train()
     assert audit(store, "r").ok
     resumed = Trainer(store=store, run_id="r").train()
     assert _payloads(store, "r") == _payloads(clean.store, "r")

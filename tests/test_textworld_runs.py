@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
+from conftest import Crash, crashing_factory
 
 from skillstate.audit import audit, verify
 from skillstate.config import SkillConfig
@@ -48,35 +49,13 @@ def test_a_scienceworld_run_audits_and_verifies(tmp_path):
     assert report.ok and report.checked == report.total
 
 
-class Crash(BaseException):
-    pass
-
-
 def test_resume_after_a_crash_inside_a_textworld_rollout_is_identical_and_pays_nothing_twice(tmp_path):
     pytest.importorskip("textworld_express")
-    from skillstate.engine.runner import make_backend
-
     cfg = {**TWX, "num_epochs": 1}
     clean = Trainer(SkillConfig(**cfg), db=f"sqlite:///{tmp_path / 'clean.db'}", run_id="r").train()
-    count = {"n": 0}
-
-    def dying(config, env, role):
-        real = make_backend(config, env, role)
-
-        class Dying:
-            name = real.name
-
-            def complete(self, request):
-                count["n"] += 1
-                if count["n"] > 300:  # past the baseline, inside the first rollout's episodes
-                    raise Crash()
-                return real.complete(request)
-
-        return Dying()
-
     store = Store(f"sqlite:///{tmp_path / 'crash.db'}")
-    with pytest.raises(Crash):
-        Trainer(SkillConfig(**cfg), store=store, run_id="r", backend_factory=dying).train()
+    with pytest.raises(Crash):  # 300 calls: past the baseline, inside the first rollout's episodes
+        Trainer(SkillConfig(**cfg), store=store, run_id="r", backend_factory=crashing_factory(300)).train()
     assert audit(store, "r").ok
     resumed = Trainer(store=store, run_id="r").train()
     assert _payloads(store, "r") == _payloads(clean.store, "r")

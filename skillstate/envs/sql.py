@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from skillstate.envs.qa import _read_items, score_answer
+from skillstate.envs.qa import QAItem, _read_items, score_answer
 from skillstate.envs.tools import ToolEnv, ToolError
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "countries"
@@ -68,29 +68,12 @@ class SqlConfig(BaseModel):
         return v
 
 
-class SqlItem(BaseModel):
-    """A question over the database. `sql` is the reference query the answers
-    were computed from; it is never shown to the target."""
+class SqlItem(QAItem):
+    """A question over the database (a QA item's fields). `sql` is the
+    reference query the answers were computed from; it is never shown to the
+    target."""
 
-    model_config = ConfigDict(extra="allow")
-
-    id: str
-    question: str
-    answers: list[str]
-    task_type: str = ""
     sql: str
-
-    @field_validator("id", mode="before")
-    @classmethod
-    def _id_str(cls, v: Any) -> Any:
-        return str(v) if isinstance(v, int) else v
-
-    @field_validator("answers")
-    @classmethod
-    def _non_empty(cls, v: list[str]) -> list[str]:
-        if not v or not any(a.strip() for a in v):
-            raise ValueError("answers must hold at least one non-empty answer")
-        return v
 
 
 def _is_default(database: str | None) -> bool:
