@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from skillstate.envs.episode import EpisodeEnv, Turn
+from skillstate.envs.episode import Turn
 from skillstate.envs.textworlds.java import require_java, require_package
 from skillstate.envs.textworlds.pool import PooledSession, ProcessPool, Worker
+from skillstate.envs.textworlds.pooled import PooledEpisodeEnv
 from skillstate.envs.textworlds.twx import DEFAULT_SKILL
 from skillstate.errors import ConfigError, DataError
 
@@ -202,8 +204,10 @@ class SWSession(PooledSession):
                     invalid=is_invalid(obs), info={"moves": moves, "points": points})
 
 
-class ScienceWorld(EpisodeEnv):
+class ScienceWorld(PooledEpisodeEnv[SWSession]):
     """ScienceWorld tasks as episodes (env name `scienceworld`)."""
+
+    env_name = ENV_NAME
 
     @classmethod
     def check_requirements(cls) -> None:
@@ -212,13 +216,6 @@ class ScienceWorld(EpisodeEnv):
 
     config_model = SWConfig
     item_model = SWItem
-
-    def __init__(self, splits: dict[str, list[dict[str, Any]]], config: BaseModel | None = None):
-        super().__init__(splits, config)
-        self._pool: ProcessPool | None = None
-        self._reference_pool: ProcessPool | None = None
-        self._references: dict[str, tuple[str, str, list[str]]] = {}
-        self._lock = threading.Lock()
 
     @property
     def cfg(self) -> SWConfig:
@@ -266,26 +263,6 @@ class ScienceWorld(EpisodeEnv):
                 else:
                     os.environ["JAVA_TOOL_OPTIONS"] = before
 
-    def pool(self) -> ProcessPool:
-        """The episodes' processes: at most `settings.workers`."""
-        with self._lock:
-            if self._pool is None:
-                self._pool = ProcessPool(self._start, lambda: self.settings.workers, ENV_NAME)
-            return self._pool
-
-    def _ref_pool(self) -> ProcessPool:
-        # One process of its own: the sim agent asks for references while its
-        # episode holds a process, so sharing the episodes' pool could deadlock.
-        with self._lock:
-            if self._reference_pool is None:
-                self._reference_pool = ProcessPool(self._start, lambda: 1, f"{ENV_NAME} references")
-            return self._reference_pool
-
-    def close(self) -> None:
-        for pool in (self._pool, self._reference_pool):
-            if pool is not None:
-                pool.close()
-
     def _load(self, worker: Worker, item: dict[str, Any], gold: bool) -> tuple[str, str]:
         """Load the item's variation into the process: (goal, first observation)."""
         task, variation = item["task"], int(item["variation"])
@@ -303,34 +280,16 @@ class ScienceWorld(EpisodeEnv):
         obs = str(env.server.step("look around"))
         return str(env.server.getTaskDescription()), obs
 
+    def _gold_path(self, worker: Worker) -> Iterable[Any]:
+        """ScienceWorld's gold path (`reference_actions` caches it per item; a process of its
+        own loads it)."""
+        return worker.env.get_gold_action_sequence()
+
     # -- episodes --------------------------------------------------------------
 
-    def open(self, item: dict[str, Any], seed: int) -> SWSession:
-        return self._open_in(self.pool(), item)
-
-    def reference_session(self, item: dict[str, Any]) -> SWSession:
-        return self._open_in(self._ref_pool(), item)
-
-    def _open_in(self, pool: ProcessPool, item: dict[str, Any]) -> SWSession:
-        worker = pool.acquire()
-        try:
-            goal, obs = self._load(worker, item, gold=False)
-        except BaseException:
-            pool.release(worker, discard=True)
-            raise
-        return SWSession(pool, worker, int(item["variation"]), goal, obs, self.cfg.step_limit)
-
-    def reference_actions(self, item: dict[str, Any]) -> tuple[str, str, list[str]]:
-        """ScienceWorld's gold path, cached per item (a process of its own loads it)."""
-        with self._lock:
-            cached = self._references.get(item["id"])
-        if cached is None:
-            with self._ref_pool().lease() as worker:
-                goal, obs = self._load(worker, item, gold=True)
-                cached = (goal, obs, [str(a) for a in worker.env.get_gold_action_sequence()])
-            with self._lock:
-                self._references[item["id"]] = cached
-        return cached[0], cached[1], list(cached[2])
+    def _session(self, pool: ProcessPool, worker: Worker, item: dict[str, Any], goal: str,
+                 observation: str) -> SWSession:
+        return SWSession(pool, worker, int(item["variation"]), goal, observation, self.cfg.step_limit)
 
     def default_skill(self) -> str:
         return DEFAULT_SKILL

@@ -12,14 +12,15 @@ rollout of an item plays the same game.
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from skillstate.envs.episode import EpisodeEnv, Turn
+from skillstate.envs.episode import Turn
 from skillstate.envs.textworlds.java import require_java, require_package
 from skillstate.envs.textworlds.pool import PooledSession, ProcessPool, Worker
+from skillstate.envs.textworlds.pooled import PooledEpisodeEnv
 from skillstate.errors import ConfigError
 
 ENV_NAME = "textworld_express"
@@ -182,8 +183,10 @@ class TWXSession(PooledSession):
                     invalid=obs.strip().startswith(UNKNOWN_ACTION), info={"moves": infos.get("numMoves")})
 
 
-class TextWorldExpress(EpisodeEnv):
+class TextWorldExpress(PooledEpisodeEnv[TWXSession]):
     """TextWorldExpress games as episodes (env name `textworld_express`)."""
+
+    env_name = ENV_NAME
 
     @classmethod
     def check_requirements(cls) -> None:
@@ -192,13 +195,6 @@ class TextWorldExpress(EpisodeEnv):
 
     config_model = TWXConfig
     item_model = TWXItem
-
-    def __init__(self, splits: dict[str, list[dict[str, Any]]], config: BaseModel | None = None):
-        super().__init__(splits, config)
-        self._pool: ProcessPool | None = None
-        self._reference_pool: ProcessPool | None = None
-        self._references: dict[str, tuple[str, str, list[str]]] = {}
-        self._lock = threading.Lock()
 
     @property
     def cfg(self) -> TWXConfig:
@@ -230,26 +226,6 @@ class TextWorldExpress(EpisodeEnv):
         require_java(ENV_NAME)
         return Worker(module.TextWorldExpressEnv(envStepLimit=self.cfg.step_limit))
 
-    def pool(self) -> ProcessPool:
-        """The episodes' processes: at most `settings.workers`."""
-        with self._lock:
-            if self._pool is None:
-                self._pool = ProcessPool(self._start, lambda: self.settings.workers, ENV_NAME)
-            return self._pool
-
-    def _ref_pool(self) -> ProcessPool:
-        # One process of its own: the sim agent asks for references while its
-        # episode holds a process, so sharing the episodes' pool could deadlock.
-        with self._lock:
-            if self._reference_pool is None:
-                self._reference_pool = ProcessPool(self._start, lambda: 1, f"{ENV_NAME} references")
-            return self._reference_pool
-
-    def close(self) -> None:
-        for pool in (self._pool, self._reference_pool):
-            if pool is not None:
-                pool.close()
-
     def _params(self, item: dict[str, Any]) -> str:
         params = item.get("params")
         if params is None:  # a pinned item without its own: the config's, else skillstate's default
@@ -257,7 +233,7 @@ class TextWorldExpress(EpisodeEnv):
                 item["game"], ""))
         return str(params)
 
-    def _reset(self, worker: Worker, item: dict[str, Any], gold: bool) -> tuple[str, str]:
+    def _load(self, worker: Worker, item: dict[str, Any], gold: bool) -> tuple[str, str]:
         """Reset the process to the item's game: (goal, first observation)."""
         game, params = item["game"], self._params(item)
         env = worker.env
@@ -273,35 +249,17 @@ class TextWorldExpress(EpisodeEnv):
             raise ConfigError(f"env {ENV_NAME}: game {game} with params {params!r}: {str(err).strip()}") from None
         return str(infos["taskDescription"]), str(obs)
 
+    def _gold_path(self, worker: Worker) -> Iterable[Any]:
+        """TWX's gold path (`reference_actions` caches it per item). TWX finds it by a random
+        walk from an unseeded `new Random()`, so it can differ between processes (the game
+        itself does not)."""
+        return worker.env.getGoldActionSequence()
+
     # -- episodes --------------------------------------------------------------
 
-    def open(self, item: dict[str, Any], seed: int) -> TWXSession:
-        return self._open_in(self.pool(), item)
-
-    def reference_session(self, item: dict[str, Any]) -> TWXSession:
-        return self._open_in(self._ref_pool(), item)
-
-    def _open_in(self, pool: ProcessPool, item: dict[str, Any]) -> TWXSession:
-        worker = pool.acquire()
-        try:
-            goal, obs = self._reset(worker, item, gold=False)
-        except BaseException:
-            pool.release(worker, discard=True)
-            raise
-        return TWXSession(pool, worker, int(item["seed"]), goal, obs)
-
-    def reference_actions(self, item: dict[str, Any]) -> tuple[str, str, list[str]]:
-        """TWX's gold path, cached per item. TWX finds it by a random walk from an unseeded
-        `new Random()`, so it can differ between processes (the game itself does not)."""
-        with self._lock:
-            cached = self._references.get(item["id"])
-        if cached is None:
-            with self._ref_pool().lease() as worker:
-                goal, obs = self._reset(worker, item, gold=True)
-                cached = (goal, obs, [str(a) for a in worker.env.getGoldActionSequence()])
-            with self._lock:
-                self._references[item["id"]] = cached
-        return cached[0], cached[1], list(cached[2])
+    def _session(self, pool: ProcessPool, worker: Worker, item: dict[str, Any], goal: str,
+                 observation: str) -> TWXSession:
+        return TWXSession(pool, worker, int(item["seed"]), goal, observation)
 
     def default_skill(self) -> str:
         return DEFAULT_SKILL
