@@ -15,10 +15,12 @@ from skillstate.errors import UserError
 @cli.command("sim-server")
 @click.option("--port", type=int, default=8000, show_default=True)
 @click.option("--data", type=click.Path(), help="Serve this dataset's world instead of the bundled one.")
-@click.option("--env", "env_name", default="qa", show_default=True,
-              help="The environment whose target the server plays (qa, sql, textworld_express, ... with its "
+@click.option("--env", "env_name", default=None,
+              help="The environment whose target the server plays (default qa; sql, textworld_express, ... with its "
                    "built-in tasks, or --data).")
-def sim_server(port, data, env_name) -> None:
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="Play the environment of this run config (its env, env_config, data, seed and episode keys).")
+def sim_server(port, data, env_name, config_file) -> None:
     """Serve the simulated world over an OpenAI-compatible API on 127.0.0.1,
     to try --backend openai offline. Stop with Ctrl-C.
 
@@ -32,7 +34,7 @@ def sim_server(port, data, env_name) -> None:
 
     if not 0 <= port <= 65535:
         raise UserError(f"--port must be 0 to 65535 (0 picks a free port), got {port}")
-    world = sim_world_named(env_name, data)
+    world = sim_world_named(env_name, data, config_file)
     try:
         server = SimServer(world, port=port)
     except OSError as err:  # the port is taken, or not ours to bind
@@ -47,21 +49,29 @@ def sim_server(port, data, env_name) -> None:
         server.httpd.server_close()
 
 
-def sim_world_named(env_name: str, data: str | None):
-    """The sim world of an environment, on its built-in tasks or a dataset directory."""
-    from skillstate.envs.registry import env_settings, resolve_env
+def sim_world_named(env_name: str | None, data: str | None, config_file: str | None = None):
+    """The sim world of an environment, on its built-in tasks or a dataset
+    directory; with a config file, the environment of that run config."""
+    from skillstate.config import SkillConfig, load_config_file, validate_config
+    from skillstate.envs.registry import apply_settings, env_settings, resolve_env
     from skillstate.sim.backend import sim_world_for
     from skillstate.sim.world import SimWorld, bundled_splits
 
-    names = ["train", "val", "test"]
-    if env_name == "qa" and not data:
+    config = validate_config(load_config_file(config_file)) if config_file else SkillConfig()
+    overrides = {k: v for k, v in (("env", env_name), ("data", data)) if v is not None}
+    config = config.model_copy(update=overrides) if overrides else config
+    names = [config.train_split, config.val_split, config.test_split]
+    if config.env == "qa" and not config.data:
         return SimWorld([i for items in bundled_splits().values() for i in items])
-    cls = resolve_env(env_name)
-    settings = env_settings(cls, {}, env_name)
-    splits = cls.load_splits(data, names) if data else cls.builtin_splits(settings, names)
+    cls = resolve_env(config.env)
+    cls.check_requirements()
+    settings = env_settings(cls, config.env_config, config.env)
+    splits = cls.load_splits(config.data, names) if config.data else cls.builtin_splits(settings, names)
     if splits is None:
-        raise UserError(f"env {env_name!r} has no built-in tasks: pass --data DIR")
-    return sim_world_for(cls(splits, settings))
+        raise UserError(f"env {config.env!r} has no built-in tasks: pass --data DIR")
+    env = cls(splits, settings)
+    apply_settings(env, config)
+    return sim_world_for(env)
 
 
 @cli.group()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from skillstate.chain import check_chain, label
 from skillstate.engine.runner import build_context, config_of, drive, lineage_events, load_run
-from skillstate.errors import ReplayMissError, UserError
+from skillstate.errors import EnvFailure, ReplayMissError, UserError
 from skillstate.events import Event, RunForked, encode
 from skillstate.reducer import RunState, reduce
 from skillstate.store import GENESIS, Store, StoredEvent
@@ -229,6 +229,9 @@ def verify(store: Store, run_id: str | None) -> VerifyReport:
         if not log.exhausted:  # an incomplete run ends where its recorded calls end
             nxt = log.expected[log.pos]
             report.divergence, report.seq = f"{nxt.type}: {err}", nxt.seq
+    except EnvFailure as err:  # re-executing needs the world, and it failed: not verified
+        at = log.expected[min(log.pos, len(log.expected) - 1)].seq if log.expected else 1
+        report.divergence, report.seq = str(err), at
     finally:
         ctx.close()
     report.checked = 1 + log.pos

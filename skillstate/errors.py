@@ -61,6 +61,15 @@ class StorageStop(RunStopped):
     """The database refused a write mid-run (disk full, read-only file)."""
 
 
+class EnvFailure(SkillstateError):
+    """The environment itself failed during a rollout (its process died, its
+    code raised): not the target's fault, so never scored as a failed item."""
+
+
+class EnvStop(RunStopped):
+    """A run stopped because its environment failed; resumable once fixed."""
+
+
 class ReplayMissError(SkillstateError):
     """Verification needed an LLM response that the log does not hold."""
 

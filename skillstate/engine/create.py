@@ -134,8 +134,19 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     return run_id
 
 
-# Keys a fork may not change: they define what the inherited state means.
-FIXED_ON_FORK = ("env", "env_config", "data", "train_split", "val_split", "test_split", "initial_skill")
+# Keys a fork may not change: they define what the inherited state means (the episode keys decide what an
+# inherited score measured; the analysts' window, episode.reflect_*, may change).
+FIXED_ON_FORK = ("env", "env_config", "data", "train_split", "val_split", "test_split", "initial_skill",
+                 "episode.max_turns", "episode.max_invalid", "episode.history", "episode.max_observation_chars")
+
+
+def _fixed_on_fork(key: str, value: Any) -> str | None:
+    """The fixed key an override would change, if any."""
+    if key in FIXED_ON_FORK or key.split(".")[0] in FIXED_ON_FORK:
+        return key
+    if isinstance(value, dict):  # a whole section: --set 'episode={"max_turns": 9}'
+        return next((found for k, v in value.items() if (found := _fixed_on_fork(f"{key}.{k}", v))), None)
+    return None
 
 
 def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, Any],
@@ -148,9 +159,11 @@ def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, A
         raise UserError(f"run {parent_run_id!r} is an evaluation run; only training runs can be forked")
     count = step_boundary(parent, step)
     state = state_of(parent[:count])
-    for key in overrides:
-        if key.split(".")[0] in FIXED_ON_FORK:
-            raise ConfigError(f"a fork cannot change {key}: it inherits the parent's data and starting skill")
+    for key, value in overrides.items():
+        fixed = _fixed_on_fork(key, value)
+        if fixed is not None:
+            raise ConfigError(f"a fork cannot change {fixed}: it inherits the parent's data, starting skill and the "
+                              "episode settings its scores were measured with")
     config = validate_config(merge_overrides(dict(state.config), overrides))
     prompts = dict(state.prompts)
     blobs: dict[str, str] = {}

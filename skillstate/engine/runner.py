@@ -35,7 +35,7 @@ from skillstate.engine.loading import (  # noqa: F401  (re-exported)
 )
 from skillstate.envs.base import SkillEnv
 from skillstate.envs.registry import make_env
-from skillstate.errors import BudgetStop, LLMStop, StorageStop
+from skillstate.errors import BudgetStop, EnvFailure, EnvStop, LLMStop, StorageStop
 from skillstate.events import Event
 from skillstate.lease import RunLease
 from skillstate.llm.base import CircuitOpen, FatalLLMError, LLMClient
@@ -217,6 +217,8 @@ def continue_run(store: Store, run_id: str, *, runtime: SkillConfig | None = Non
             return drive(ctx, loaded.state)
         except FatalLLMError as err:
             raise LLMStop(str(err), run_id, fatal=True) from None
+        except EnvFailure as err:
+            raise EnvStop(str(err), run_id) from None
         except CircuitOpen as err:
             raise LLMStop(f"stopped: {err}", run_id) from None
         except BudgetExhausted as err:

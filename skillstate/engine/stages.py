@@ -9,6 +9,7 @@ from typing import Any
 
 from skillstate import gate as gate_rules
 from skillstate.engine.context import RunContext
+from skillstate.errors import EnvFailure
 from skillstate.events import (
     BaselineEvaluated,
     CandidateEvaluated,
@@ -24,7 +25,7 @@ from skillstate.events import (
     Usage,
     usage_of,
 )
-from skillstate.llm.base import CallResult
+from skillstate.llm.base import CallResult, CircuitOpen
 from skillstate.reducer import RunState, cache_key, need, step_progress
 from skillstate.scheduler import edit_budget, epoch_batches, position
 from skillstate.util import canonical_json
@@ -33,11 +34,30 @@ from skillstate.util import canonical_json
 
 
 def rollout_items(ctx: RunContext, skill: str, items: list[dict[str, Any]]) -> list[ItemResult]:
-    def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
-        return ctx.llm("target", messages, tools=tools)
+    """Every item rolled out with `skill`. An environment that raises stops
+    the run (EnvFailure); an LLM stop raised inside a rollout passes through.
+    Episodes end at their first failed target call, so besides the calls'
+    circuit breaker, too large a share of rollouts ended by failed calls
+    stops the stage too (CircuitOpen), before anything is appended."""
 
     def one(item: dict[str, Any]) -> ItemResult:
-        out = ctx.env.rollout(skill, item, complete, ctx.prompts)
+        raised: list[BaseException] = []
+
+        def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
+            try:
+                return ctx.llm("target", messages, tools=tools)
+            except BaseException as err:
+                raised.append(err)
+                raise
+
+        try:
+            out = ctx.env.rollout(skill, item, complete, ctx.prompts)
+        except Exception as err:
+            if raised and err is raised[-1]:
+                raise
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            raise EnvFailure(f"env {ctx.config.env!r} failed on item {item['id']!r}: {type(err).__name__}: "
+                             f"{first}") from err
         stored = out.trajectory if out.trajectory is not None else out.messages
         return ItemResult(
             item_id=item["id"], task_type=out.task_type, hard=out.hard, soft=out.soft, fail_reason=out.fail_reason,
@@ -46,7 +66,22 @@ def rollout_items(ctx: RunContext, skill: str, items: list[dict[str, Any]]) -> l
             seed=out.seed,
         )
 
-    return ctx.map(one, items)
+    results = ctx.map(one, items)
+    check_rollout_errors(ctx, results)
+    return results
+
+
+def check_rollout_errors(ctx: RunContext, results: list[ItemResult]) -> None:
+    """The calls' share rule first (its message names the commonest error),
+    then the same share over rollouts: an episode stops at its first failed
+    call, so its failed calls alone understate how many episodes they ended."""
+    ctx.health.end_stage()
+    failed = [r for r in results if r.fail_reason.startswith("rollout_error")]
+    share = ctx.health.max_share
+    if len(results) >= 4 and share < 1.0 and len(failed) > share * len(results):
+        raise CircuitOpen(f"{len(failed)} of the {len(results)} rollouts of stage {ctx.health.stage} ended on a "
+                          f"failed target call (more than max_stage_failure_share={share:g}; the last: "
+                          f"{failed[-1].fail_reason.removeprefix('rollout_error: ')[:200]})")
 
 
 def summarize(results: list[ItemResult], metric: str, weight: float, skill: str = "",

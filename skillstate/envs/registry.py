@@ -92,8 +92,9 @@ def make_env(name: str, raw_config: dict[str, Any], splits: dict[str, list[dict[
 
 
 def apply_settings(env: SkillEnv, run_config: Any) -> None:
-    from skillstate.envs.episode import EpisodeSettings
+    from skillstate.envs.episode import EpisodeEnv, EpisodeSettings
+    from skillstate.envs.tools import ToolEnv
 
-    if hasattr(env, "settings"):
+    if isinstance(env, (EpisodeEnv, ToolEnv)):
         env.settings = EpisodeSettings(**run_config.episode.model_dump(), seed=run_config.seed,
                                        workers=run_config.concurrency)

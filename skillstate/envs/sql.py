@@ -198,6 +198,8 @@ class SqlEnv(ToolEnv):
             cursor = conn.execute(body)
             columns = [d[0] for d in cursor.description or ()]
             rows = cursor.fetchmany(self.row_limit + 1)
+        except (ValueError, UnicodeError) as err:  # text SQLite cannot take (a lone surrogate, a NUL)
+            raise ToolError(f"the query cannot be run: {err}") from None
         except (sqlite3.Error, sqlite3.Warning) as err:  # Python < 3.12 raises sqlite3.Warning for two statements
             if steps > STEP_LIMIT:
                 raise ToolError("the query ran too long and was stopped; narrow it (a WHERE, a LIMIT) or avoid "

@@ -57,8 +57,13 @@ class ChatRequest:
         return hash_value(self.to_dict())
 
 
+# The message keys besides role and content that are sent and hashed: those of function calling. Others
+# (a `name`, say) were never sent, so leaving them out keeps older requests' hashes what they were.
+MESSAGE_EXTRAS = ("tool_calls", "tool_call_id")
+
+
 def _message_tuple(m: dict[str, Any]) -> tuple[str, ...]:
-    extra = {k: v for k, v in m.items() if k not in ("role", "content") and v is not None}
+    extra = {k: m[k] for k in MESSAGE_EXTRAS if m.get(k) is not None}
     content = m.get("content") or ""
     return (m["role"], content, canonical_json(extra)) if extra else (m["role"], content)
 

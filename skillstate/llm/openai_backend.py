@@ -23,6 +23,7 @@ import openai
 from skillstate.config import ModelConfig, redact
 from skillstate.errors import UserError
 from skillstate.llm.base import CallFailed, ChatRequest, ChatResponse, FatalLLMError, ToolCall
+from skillstate.util import hash_value
 
 DEFAULT_AZURE_API_VERSION = "2024-10-21"
 
@@ -232,8 +233,9 @@ def _tool_calls(raw: Any) -> tuple[ToolCall, ...]:
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise CallFailed(f"malformed reply: tool_calls[{n}] is {json.dumps(call)[:60]}")
         args = fn.get("arguments")
-        calls.append(ToolCall(id=str(call.get("id") or f"call_{n}"), name=fn["name"],
-                              arguments=args if isinstance(args, str) else json.dumps(args or {})))
+        arguments = args if isinstance(args, str) else json.dumps(args or {})
+        fallback = f"call_{n}_{hash_value([fn['name'], arguments])[:8]}"  # a server that gives no id
+        calls.append(ToolCall(id=str(call.get("id") or fallback), name=fn["name"], arguments=arguments))
     return tuple(calls)
 
 

@@ -10,6 +10,7 @@ the log does not hold is a divergence.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import cast
 
@@ -34,18 +35,48 @@ class RecordingClient:
         self.health = health or CallHealth(0, 1.0)
         self.sent = 0
         self.served = 0
+        self._inflight: dict[str, threading.Event] = {}  # request hash -> set when its sender is done
+        self._inflight_lock = threading.Lock()
 
     def complete(self, request: ChatRequest) -> CallResult:
+        """One request, sent at most once at a time: a request already in
+        flight on another thread (two episodes that start alike, say) waits
+        for that reply and is served it from the table, so every caller sees
+        the one reply that resume and verify will serve."""
         h = request.hash
         if self.backend is None:
             return self._verify(request)
+        while True:
+            served = self._serve(h)
+            if served is not None:
+                return served
+            with self._inflight_lock:
+                waiting = self._inflight.get(h)
+                if waiting is None:
+                    mine = self._inflight[h] = threading.Event()
+            if waiting is None:
+                break
+            waiting.wait()  # then served; if that call failed, this caller tries itself
+        try:
+            served = self._serve(h)  # recorded between the check and the claim
+            return served if served is not None else self._send(request, h)
+        finally:
+            with self._inflight_lock:
+                del self._inflight[h]
+            mine.set()
+
+    def _serve(self, h: str) -> CallResult | None:
         row = self.store.find_call(h, run_ids=self.run_ids)
-        if row is not None:
-            self.served += 1
-            self.health.served(self.role)
-            recorded = ChatResponse.from_dict(row.response or {})
-            return CallResult(self._ref(h, recorded), text=recorded.text, cached=True,
-                              truncated=recorded.finish_reason == "length", tool_calls=recorded.tool_calls)
+        if row is None:
+            return None
+        self.served += 1
+        self.health.served(self.role)
+        recorded = ChatResponse.from_dict(row.response or {})
+        return CallResult(self._ref(h, recorded), text=recorded.text, cached=True,
+                          truncated=recorded.finish_reason == "length", tool_calls=recorded.tool_calls)
+
+    def _send(self, request: ChatRequest, h: str) -> CallResult:
+        assert self.backend is not None  # complete() verifies when there is no backend
         self.health.check()
         if self.budget is not None:
             self.budget.check()

@@ -135,7 +135,7 @@ class EpisodeWorld:
     def __init__(self, env: EpisodeEnv):
         self.env = env
         self._paths: dict[str, list[dict[str, Any]]] = {}  # hash of (goal, first observation) -> candidates
-        self._indexed: set[str] = set()
+        self._indexed = False
         self._lock = threading.Lock()
 
     # -- the optimizer's side --------------------------------------------------
@@ -174,16 +174,22 @@ class EpisodeWorld:
 
     def candidates(self, goal: str, first: str) -> list[dict[str, Any]]:
         """The items whose episode starts like this one, with their reference
-        paths (the first request indexes every item once)."""
+        paths. The first request indexes every item; the index is kept only
+        once it is whole, so replies never depend on how far it got."""
         with self._lock:
             if not self._indexed:
+                paths: dict[str, list[dict[str, Any]]] = {}
                 for item in (i for items in self.env.splits.values() for i in items):
-                    self._indexed.add(item["id"])
                     ref = self.env.reference_actions(item)
                     if ref is not None:
                         key = hash_value([ref[0].strip(), ref[1].strip()])
-                        self._paths.setdefault(key, []).append({"item": item, "actions": ref[2]})
-            return self._paths.get(hash_value([goal.strip(), first.strip()]), [])
+                        paths.setdefault(key, []).append({"item": item, "actions": ref[2]})
+                self._paths, self._indexed = paths, True
+            found = self._paths.get(hash_value([goal.strip(), first.strip()]))
+        if not found:
+            raise LookupError(f"the sim world of env {self.env.kind!r} has no task that starts like this one "
+                              f"({goal.strip()[:80]!r}); is the sim server serving the run's env and env_config?")
+        return found
 
     def observations(self, candidate: dict[str, Any]) -> list[str]:
         """What each step of a candidate's reference path shows, played once."""
@@ -204,8 +210,8 @@ class EpisodeWorld:
         seen: the first candidate whose recorded observations agree with the
         recent turns' observations."""
         found = self.candidates(goal, first)
-        if len(found) <= 1:
-            return found[0]["actions"] if found else []
+        if len(found) == 1:
+            return found[0]["actions"]
         for candidate in found:
             if self._agrees(candidate, taken, recent):
                 return candidate["actions"]
@@ -307,13 +313,15 @@ class ToolWorld:
         task = next((m["content"] for m in messages if m["role"] == "user"), "").strip()
         item = self.by_task.get(task)
         if item is None:
-            return "I don't know.", []
+            raise LookupError(f"the sim world of env {self.env.kind!r} has no task {task[:80]!r}; is the sim "
+                              "server serving the run's env and env_config?")
         results = [m for m in messages if m["role"] == "tool"]
         if results:
             return self.read_output(str(results[-1].get("content") or "")), []
         reference = self.env.reference_calls(item) if tools else None
         if reference and self.uses_tools(skill, item):
-            return "", [ToolCall(id=f"call_{n + 1}", name=name, arguments=json.dumps(args, sort_keys=True))
+            turn = sum(1 for m in messages if m["role"] == "assistant") + 1  # ids unique within the conversation
+            return "", [ToolCall(id=f"call_{turn}_{n + 1}", name=name, arguments=json.dumps(args, sort_keys=True))
                         for n, (name, args) in enumerate(reference)]
         if unit_float("sim-memory", item["id"]) < RIGHT_FROM_MEMORY:
             return str(item["answers"][0]), []

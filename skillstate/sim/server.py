@@ -153,8 +153,14 @@ class SimServer:
                 if fault is not None:
                     self._misbehave(fault)
                     return
-                reply = server.backend.respond(body.get("messages") or [], body.get("tools") or [])
-                message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+                try:
+                    reply = server.backend.respond(body.get("messages") or [], body.get("tools") or [])
+                except LookupError as err:  # a task this world does not hold: the server plays another env
+                    self._send(400, {"error": {"message": str(err), "type": "invalid_request_error"}})
+                    return
+                # as OpenAI does: content null when the reply is only tool calls
+                message: dict[str, Any] = {"role": "assistant",
+                                           "content": reply.text if reply.text or not reply.tool_calls else None}
                 if reply.tool_calls:
                     message["tool_calls"] = [c.to_message() for c in reply.tool_calls]
                 self._send(200, {
