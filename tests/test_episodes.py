@@ -198,3 +198,24 @@ def test_fork_from_a_step_of_an_episode_run_reuses_its_calls(tmp_path):
     Trainer(store=store, run_id=child).train()
     assert len(store.read_calls("p")) == sent_before
     assert audit(store, "c").ok and verify(store, "c").ok
+
+
+def test_a_text_world_run_through_the_openai_client_against_the_sim_server_matches_the_sim(tmp_path, monkeypatch):
+    import yaml
+
+    from skillstate.cli.tools import sim_world_named
+    from skillstate.sim.server import SimServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "local-test-key")
+    settings = {"env": ROOMS, "num_epochs": 1, "batch_size": 10, "minibatch_size": 5, "episode": {"max_turns": 20}}
+    config_file = tmp_path / "rooms.yaml"
+    config_file.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    sim = Trainer(SkillConfig(**settings), db=f"sqlite:///{tmp_path / 's.db'}", run_id="s").train().summary
+    with SimServer(sim_world_named(None, None, str(config_file))) as server:
+        role = {"model": "sim", "base_url": server.base_url, "max_retries": 0}
+        result = Trainer(SkillConfig(**settings, backend="openai", target=role, optimizer=role),
+                         db=f"sqlite:///{tmp_path / 'o.db'}", run_id="o").train()
+    s = result.summary
+    assert s["status"] == "completed"
+    assert (s["baseline_score"], s["best_score"], s["test"]) == (sim["baseline_score"], sim["best_score"], sim["test"])
+    assert audit(result.store, "o").ok and verify(result.store, "o").ok
