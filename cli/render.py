@@ -95,7 +95,8 @@ class ProgressPrinter:
             asked = f", asked {ev.requested}" if ev.requested is not None else f", reply {ev.status}"
             return f"    lr         apply {ev.chosen} of {ev.candidates} edits{asked}"
         if isinstance(ev, EditsSelected):
-            return f"    select     {len(ev.edits)} of {ev.candidates} edits ({ev.method})"
+            dropped = f", {len(ev.dropped)} would change nothing" if ev.dropped else ""
+            return f"    select     {len(ev.edits)} of {ev.candidates} edits ({ev.method}{dropped})"
         if isinstance(ev, CandidateBuilt):
             if ev.method != "patch":
                 how = "rewritten" if ev.status == "ok" else f"rewrite {ev.status}, unchanged"
@@ -317,7 +318,8 @@ def event_summary(ev: Event) -> str:
     if isinstance(ev, PatchesMerged):
         return f"{len(ev.edits)} edits ({len(ev.merges)} merge calls)"
     if isinstance(ev, EditsSelected):
-        return f"{len(ev.edits)}/{ev.candidates} kept, budget {ev.budget}, {ev.method}"
+        dropped = f", {len(ev.dropped)} dropped as no-ops" if ev.dropped else ""
+        return f"{len(ev.edits)}/{ev.candidates} kept, budget {ev.budget}, {ev.method}{dropped}"
     if isinstance(ev, CandidateBuilt):
         return ", ".join(f"{r.op}:{r.status}" for r in ev.report) or "no edits"
     if isinstance(ev, GateDecided):

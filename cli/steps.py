@@ -54,8 +54,12 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
             out["merged"] = {"edits": [_edit(e) for e in ev.edits],
                              "merge_calls": [m.model_dump(exclude={"call"}) for m in ev.merges]}
         elif isinstance(ev, EditsSelected):
+            merged = out.get("merged", {}).get("edits", [])
             out["selected"] = {"method": ev.method, "budget": ev.budget, "candidates": ev.candidates,
-                               "indices": ev.selected_indices, "edits": [_edit(e) for e in ev.edits]}
+                               "indices": ev.selected_indices, "edits": [_edit(e) for e in ev.edits],
+                               "dropped": [{"index": d.index, "reason": d.reason,
+                                            **(merged[d.index] if d.index < len(merged) else {})}
+                                           for d in ev.dropped]}
         elif isinstance(ev, LearningRateChosen):
             out["learning_rate"] = {"chosen": ev.chosen, "candidates": ev.candidates, "status": ev.status,
                                     "requested": ev.requested, "reasoning": ev.reasoning}
@@ -109,7 +113,11 @@ def step_text(d: dict[str, Any], width: int | None = None) -> str:
                              f"({lr['status']}{', asked ' + lr['requested'] if lr['requested'] else ''})", width))
     if "selected" in d:
         s = d["selected"]
-        lines.append(f"selected ({s['method']}, budget {s['budget']}): {len(s['edits'])} of {s['candidates']}")
+        lines.append(f"selected ({s['method']}, budget {s['budget']}): {len(s['edits'])} of {s['candidates']}"
+                     + (f", {len(s['dropped'])} dropped before selection" if s["dropped"] else ""))
+        for dr in s["dropped"]:
+            what = dr.get("content") or dr.get("target") or ""
+            lines.append(clip(f"  dropped ({dr['reason'].replace('_', ' ')}): {dr.get('op', '')} {what}", width))
         report = d.get("apply_report", [])
         rows = [[report[i]["status"] if i < len(report) else "kept", e["op"], e["source"], e["support"],
                  e["content"] or e["target"]] for i, e in enumerate(s["edits"])]

@@ -125,6 +125,10 @@ class SkillConfig(BaseModel):
     # the rest
     use_gate: bool = Field(
         True, description="false: every candidate is accepted (recorded as a forced accept); it is still scored.")
+    early_reject: bool = Field(
+        True, description="Stop scoring a candidate once it cannot beat the current score even if every item left "
+                          "succeeded (the decision is the same as a full evaluation's; the items the current skill "
+                          "failed are scored first).")
     semantic_density_weight: float = Field(
         0.0, ge=0.0, description="Gate bonus per unit share of skill lines led by MUST/ALWAYS/NEVER-style words.")
 

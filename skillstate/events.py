@@ -20,10 +20,12 @@ from skillstate.errors import CorruptLogError
 from skillstate.values import (  # noqa: F401  (re-exported: events are built from these)
     ApplyEntry,
     CallRef,
+    DroppedEdit,
     Edit,
     Frozen,
     ItemResult,
     MergeCall,
+    PartialEval,
     Scores,
     SplitScore,
     Usage,
@@ -192,10 +194,11 @@ class EditsSelected(Event):
     step: int
     budget: int
     candidates: int
-    method: str  # all | ranked | fallback
+    method: str  # all | ranked | fallback | none
     selected_indices: list[int]
     edits: list[Edit]
     call: CallRef | None = None
+    dropped: list[DroppedEdit] = []  # edits that would change nothing, left out before selection
 
     def usage(self) -> dict[str, Usage]:
         return usage_of([self.call])
@@ -229,6 +232,7 @@ class CandidateEvaluated(Event):
     cached: bool  # served from the selection-score cache
     results: str | None = None
     usage_by_role: dict[str, Usage] = Field(default_factory=dict)
+    partial: PartialEval | None = None  # early reject: `scores` cover only the items scored
 
     def blob_refs(self) -> list[str]:
         return [self.skill] + ([self.results] if self.results else [])

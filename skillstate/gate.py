@@ -54,3 +54,46 @@ def semantic_density(skill: str) -> float:
 def with_density(score: float, density: float, weight: float) -> float:
     """The gate score plus the semantic-density bonus."""
     return score + weight * density
+
+
+# --- early reject ------------------------------------------------------------------
+# Rounding slack for the metrics whose sums are not exact in floating point (soft, mixed, the density bonus):
+# a reject is called early only when the bound is below the current score by more than this.
+ROUNDING_SLACK = 1e-9
+
+
+def upper_bound(hard_sum: float, soft_sum: float, scored: int, n: int, metric: str, mixed_weight: float,
+                density: float, density_weight: float) -> float:
+    """The best gate score a candidate can still reach after `scored` of `n`
+    items: every item left scoring 1 (each item's hard and soft lie in [0, 1],
+    and the gate score rises with both)."""
+    left = n - scored
+    return with_density(gate_score((hard_sum + left) / n, (soft_sum + left) / n, metric, mixed_weight), density,
+                        density_weight)
+
+
+def reject_is_certain(bound: float, current: float, exact: bool) -> bool:
+    """Whether a candidate bounded by `bound` cannot beat `current` (the gate
+    accepts only strictly above it). `exact`: every sum behind the bound is
+    exact in floating point (the hard metric on 0/1 scores, no density
+    bonus), so the comparison is too; otherwise it keeps a rounding slack."""
+    return bound <= current if exact else bound <= current - ROUNDING_SLACK
+
+
+def early_reject_point(outcomes: list[tuple[float, float]], n: int, current: float, metric: str,
+                       mixed_weight: float, density: float, density_weight: float) -> tuple[int, float] | None:
+    """(k, bound): the fewest items, scored in the given order, after which a
+    reject is certain, and the bound that proves it; None when no prefix of
+    `outcomes` (the (hard, soft) of each item, in evaluation order) proves
+    one. The last item is never used: with every item scored the gate
+    decides from the full score as usual."""
+    hard_sum = soft_sum = 0.0
+    exact = metric == "hard" and density_weight == 0
+    for k, (hard, soft) in enumerate(outcomes[: n - 1], 1):
+        hard_sum += hard
+        soft_sum += soft
+        exact = exact and hard in (0.0, 1.0)
+        bound = upper_bound(hard_sum, soft_sum, k, n, metric, mixed_weight, density, density_weight)
+        if reject_is_certain(bound, current, exact):
+            return k, bound
+    return None

@@ -126,6 +126,7 @@ class BufferEntry:
     rejected_edits: tuple[Edit, ...] = ()  # on reject: the edits that were tried
     score_before: float | None = None
     score_after: float | None = None
+    after_is_bound: bool = False  # rejected early: score_after is the bound that proved the reject
 
     def to_json(self) -> dict:
         out = {"step": self.step, "action": self.decision, "items": self.items, "failures": self.failures,
@@ -133,7 +134,8 @@ class BufferEntry:
         if self.rejected_edits:
             out["rejected_edits"] = [{"op": e.op, "target": e.target, "content": e.content}
                                      for e in self.rejected_edits]
-            out["score_before"], out["score_after"] = self.score_before, self.score_after
+            out["score_before"] = self.score_before
+            out["score_after_at_most" if self.after_is_bound else "score_after"] = self.score_after
         return out
 
 
@@ -170,6 +172,7 @@ class RunState:
     progress: StepProgress | None = None
     history: tuple[StepRecord, ...] = ()
     score_cache: Mapping[str, Scores] = field(default_factory=lambda: EMPTY)  # "split:skill hash" -> scores
+    results_cache: Mapping[str, str] = field(default_factory=lambda: EMPTY)  # "split:skill hash" -> results blob
     usage: Mapping[str, Usage] = field(default_factory=lambda: EMPTY)  # role -> usage
     usage_by_stage: Mapping[str, Mapping[str, Usage]] = field(default_factory=lambda: EMPTY)  # stage -> role -> usage
     tests: Mapping[str, TestEvaluated] = field(default_factory=lambda: EMPTY)  # label -> event
@@ -278,7 +281,8 @@ def _buffer_entry(p: StepProgress, event: GateDecided) -> BufferEntry:
                        patterns=tuple(patterns[:12]),
                        rejected_edits=tuple(selected.edits) if selected is not None else (),
                        score_before=event.current_score if rejected else None,
-                       score_after=event.candidate_score if rejected else None)
+                       score_after=event.candidate_score if rejected else None,
+                       after_is_bound=rejected and p.evaluation is not None and p.evaluation.partial is not None)
 
 
 def reduce(state: RunState, event: Event) -> RunState:
@@ -315,9 +319,10 @@ def reduce(state: RunState, event: Event) -> RunState:
     if isinstance(event, BaselineEvaluated):
         if state.baseline is not None:
             raise FoldError("BaselineEvaluated twice")
+        key = cache_key(event.split, event.skill)
         return replace(state, baseline=event.scores, current_score=event.scores.gate, best_score=event.scores.gate,
-                       best_step=0,
-                       score_cache=_with(state.score_cache, cache_key(event.split, event.skill), event.scores))
+                       best_step=0, score_cache=_with(state.score_cache, key, event.scores),
+                       results_cache=_with(state.results_cache, key, event.results))
 
     if isinstance(event, StepStarted):
         if (state.baseline is None or state.progress is not None or state.boundary is not None
@@ -362,8 +367,12 @@ def reduce(state: RunState, event: Event) -> RunState:
 
     if isinstance(event, CandidateEvaluated):
         p = _progress(state, event)
-        return replace(state, progress=replace(p, evaluation=event),
-                       score_cache=_with(state.score_cache, cache_key(event.split, event.skill), event.scores))
+        new = replace(state, progress=replace(p, evaluation=event))
+        if event.partial is not None:  # an early reject's scores cover some items only: never cached
+            return new
+        key = cache_key(event.split, event.skill)
+        new = replace(new, score_cache=_with(state.score_cache, key, event.scores))
+        return replace(new, results_cache=_with(state.results_cache, key, event.results)) if event.results else new
 
     if isinstance(event, GateDecided):
         p = _progress(state, event)

@@ -41,6 +41,24 @@ class Edit(Frozen):
     support: int = 0  # number of trajectories behind it
 
 
+class DroppedEdit(Frozen):
+    """A proposed edit left out before selection because it would change nothing (see skillstate.screen)."""
+
+    index: int  # into the merged edits
+    reason: str
+
+
+class PartialEval(Frozen):
+    """An evaluation stopped early because a reject was certain: the first
+    `scored` of `of` items (in `order`) were scored, and even with every item
+    left succeeding the gate score could reach at most `upper_bound`."""
+
+    scored: int
+    of: int
+    upper_bound: float
+    item_ids: list[str]  # the items scored, in the order they were evaluated
+
+
 class ApplyEntry(Frozen):
     index: int
     op: str

@@ -200,3 +200,15 @@ def crashing_factory(after_calls: int):
         return Dying()
 
     return factory
+
+
+def logical_usage(summary: dict) -> dict:
+    """The calls and tokens the run's events count (what `sent` adds depends on
+    timing: an early reject lets the calls in flight finish)."""
+    return {role: {k: v for k, v in u.items() if not k.startswith("sent")} for role, u in summary["usage"].items()}
+
+
+def assert_paid_once(store, run_id: str) -> None:
+    """No request was sent twice: what a crashed session sent is served on resume."""
+    hashes = [c.request_hash for c in store.read_calls(run_id) if c.error is None]
+    assert len(hashes) == len(set(hashes))

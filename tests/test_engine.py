@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import Crash, crashing_factory, scripted_factory, small_config
+from conftest import Crash, assert_paid_once, crashing_factory, logical_usage, scripted_factory, small_config
 
 from skillstate.audit import audit, verify
 from skillstate.engine.runner import lineage_events
@@ -45,7 +45,8 @@ def test_resume_after_a_crash_mid_stage_reproduces_the_uninterrupted_run(tmp_pat
     resumed = Trainer(store=store, run_id="r").train()
     assert _payloads(store, "r") == _payloads(clean.store, "r")
     # every request was paid for once: what the crashed session sent is served on resume
-    assert resumed.summary["usage"] == clean.summary["usage"]
+    assert logical_usage(resumed.summary) == logical_usage(clean.summary)
+    assert_paid_once(store, "r")
 
 
 def test_resume_after_a_crash_between_events(tmp_path):
@@ -117,7 +118,8 @@ def test_ranked_selection_keeps_the_rankers_choice(tmp_path):
                      db=f"sqlite:///{tmp_path / 'k.db'}",
                      backend_factory=scripted_factory(optimizer=_analyst_then("no", rank))).train()
     sel = [s.event for s in lineage_events(result.store, "r") if s.type == "EditsSelected"][0]
-    assert sel.method == "ranked" and sel.selected_indices == [3, 1]
+    kept = [i for i in range(sel.candidates) if i not in {d.index for d in sel.dropped}]  # what the ranker saw
+    assert sel.method == "ranked" and sel.selected_indices == [kept[3], kept[1]]
 
 
 def test_rollout_errors_become_failed_results_and_never_abort_the_step(tmp_path):
@@ -135,14 +137,29 @@ def test_rollout_errors_become_failed_results_and_never_abort_the_step(tmp_path)
 
 
 def test_identical_candidate_is_served_from_the_score_cache(tmp_path):
-    noop = json.dumps({"reasoning": "", "failure_summary": [],
-                       "edits": [{"op": "replace", "target": "not in the skill", "content": "x"}]})
-    result = Trainer(small_config(num_epochs=1), db=f"sqlite:///{tmp_path / 'c.db'}", run_id="r",
-                     backend_factory=scripted_factory(optimizer=lambda p: noop)).train()
+    # every step proposes the same harmful rule: the first candidate is scored, the later ones are the same skill
+    harm = json.dumps({"reasoning": "", "failure_summary": [],
+                       "edits": [{"op": "append", "target": "", "content": "- Answer without checking your work."}]})
+    result = Trainer(small_config(num_epochs=1, early_reject=False), db=f"sqlite:///{tmp_path / 'c.db'}",
+                     run_id="r", backend_factory=scripted_factory(optimizer=lambda p: harm)).train()
     events = [s.event for s in lineage_events(result.store, "r")]
     evaluated = [e for e in events if e.type == "CandidateEvaluated"]
-    assert evaluated and all(e.cached and e.usage_by_role == {} for e in evaluated)
+    assert len(evaluated) >= 2 and not evaluated[0].cached
+    assert all(e.cached and e.usage_by_role == {} for e in evaluated[1:])
     assert all(e.decision == "reject" for e in events if e.type == "GateDecided")
+
+
+def test_an_early_rejected_candidate_is_never_cached_and_its_calls_are_reused(tmp_path):
+    harm = json.dumps({"reasoning": "", "failure_summary": [],
+                       "edits": [{"op": "append", "target": "", "content": "- Answer without checking your work."}]})
+    result = Trainer(small_config(num_epochs=1), db=f"sqlite:///{tmp_path / 'c.db'}", run_id="r",
+                     backend_factory=scripted_factory(optimizer=lambda p: harm)).train()
+    evaluated = [s.event for s in lineage_events(result.store, "r") if s.type == "CandidateEvaluated"]
+    assert len(evaluated) >= 2 and all(e.partial is not None and not e.cached for e in evaluated)
+    # the same skill, the same order: the later evaluations are served the first one's calls
+    assert all(e.usage_by_role == evaluated[0].usage_by_role for e in evaluated[1:])
+    sent = [c.request_hash for c in result.store.read_calls("r") if c.role == "target"]
+    assert len(sent) == len(set(sent))
 
 
 def test_run_fork_audit_and_verify_on_every_backend(any_store):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import scripted_factory, small_config
+from conftest import assert_paid_once, logical_usage, scripted_factory, small_config
 
 from skillstate.audit import audit, verify
 from skillstate.engine import runner
@@ -272,5 +272,6 @@ def test_resume_in_the_middle_of_a_new_stage_reproduces_the_run(all_on, tmp_path
     assert audit(store, "all").ok
     resumed = Trainer(store=store, run_id="all").train()
     assert _payloads(store, "all") == _payloads(clean_store, "all")
-    assert resumed.summary["usage"] == clean.summary["usage"]
+    assert logical_usage(resumed.summary) == logical_usage(clean.summary)
+    assert_paid_once(store, "all")
     assert verify(store, "all").ok

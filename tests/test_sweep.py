@@ -219,10 +219,26 @@ def clean(tmp_path_factory):
         log = [(s.type, s.payload) for s in stored]
         assert len(log) == 44 and log[-1][0] == "RunCompleted"
         assert not duplicate_ok_calls(store, "k")  # the baseline for the check after a crash
-        requests = sorted(c.request_hash for c in store.read_calls("k"))
+        requests = referenced_requests(store, "k")
     finally:
         store.close()
     return {"log": log, "hashes": [s.hash for s in stored], "requests": requests}
+
+
+def referenced_requests(store: Store, run_id: str) -> set[str]:
+    """The requests a run's events depend on (the calls an early reject let finish after the reject was
+    certain are sent too, but which ones depends on timing)."""
+    import json
+
+    from skillstate.failures import _blob_refs, call_refs
+
+    out: set[str] = set()
+    for stored in store.read_events(run_id):
+        out.update(ref.request_hash for ref in call_refs(stored.event))
+        results = getattr(stored.event, "results", None)
+        if isinstance(results, str):
+            out.update(ref.request_hash for ref in _blob_refs(json.loads(store.get_blob(results))))
+    return out
 
 
 # --- 1. kill -9 and resume ------------------------------------------------------
@@ -293,8 +309,8 @@ def kill_and_resume(procs, url: str, clean, *, events: int | None = None, calls:
         assert [(s.type, s.payload) for s in stored] == clean["log"]
         assert [s.hash for s in stored] == clean["hashes"]
         assert duplicate_ok_calls(store, run_id) == []
-        # every request of the clean run was sent exactly once, whatever was cut off by the kill
-        assert sorted(c.request_hash for c in store.read_calls(run_id)) == clean["requests"]
+        # every request the clean run's events depend on was sent, and none twice, whatever the kill cut off
+        assert clean["requests"] <= {c.request_hash for c in store.read_calls(run_id)}
         assert audit(store, run_id).ok
         report = verify(store, run_id)
         assert report.ok and report.checked == len(clean["log"]), report.divergence
@@ -325,7 +341,7 @@ def test_kill9_then_resume_on_postgresql(procs, dbs, clean):
 
 
 SLOW_BOUNDARIES = [1, 3, 4, 10, 11, 12, 13, 14, 16, 28, 29, 41, 43, 44]
-SLOW_CALLS = [1, 59, 61, 101, 160, 250, 330, 420, 470, 505]
+SLOW_CALLS = [1, 59, 61, 101, 160, 250, 330, 400, 440, 480]  # the clean run sends about 493
 
 
 @slow
@@ -411,7 +427,7 @@ def same_run_at_once(procs, url: str, clean, args_a: list[str], args_b: list[str
     try:
         assert payloads(store, "s") == clean["log"]
         assert duplicate_ok_calls(store, "s") == []
-        assert sorted(c.request_hash for c in store.read_calls("s")) == clean["requests"]
+        assert clean["requests"] <= {c.request_hash for c in store.read_calls("s")}
     finally:
         store.close()
 

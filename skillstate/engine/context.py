@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -123,6 +123,15 @@ class RunContext:
         if len(items) <= 1:
             return [fn(item) for item in items]
         return list(self._pool.map(fn, items))
+
+    def submit(self, fn: Callable[..., R], *args: Any) -> Future[R]:
+        """Run `fn(*args)` on the worker pool (the caller keeps at most `concurrency` in flight)."""
+        return self._pool.submit(fn, *args)
+
+    @property
+    def verifying(self) -> bool:
+        """Re-executing against the recorded calls only (no backend)."""
+        return any(client.backend is None for client in self.clients.values())
 
     def warn(self, message: str) -> None:
         self.report("warning", message, RunState())

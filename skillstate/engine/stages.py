@@ -3,8 +3,10 @@ and returns the events it produces; none of them writes anything itself."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+import json
+from collections import Counter, defaultdict
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 from skillstate import gate as gate_rules
@@ -16,6 +18,7 @@ from skillstate.events import (
     Event,
     GateDecided,
     ItemResult,
+    PartialEval,
     RolloutCompleted,
     RunCompleted,
     Scores,
@@ -33,40 +36,41 @@ from skillstate.util import canonical_json
 # --- rollouts and evaluation --------------------------------------------
 
 
-def rollout_items(ctx: RunContext, skill: str, items: list[dict[str, Any]]) -> list[ItemResult]:
-    """Every item rolled out with `skill`. An environment that raises stops
-    the run (EnvFailure); an LLM stop raised inside a rollout passes through.
-    Episodes end at their first failed target call, so besides the calls'
-    circuit breaker, too large a share of rollouts ended by failed calls
-    stops the stage too (CircuitOpen), before anything is appended."""
+def rollout_one(ctx: RunContext, skill: str, item: dict[str, Any]) -> ItemResult:
+    """One item rolled out with `skill`. An environment that raises stops the
+    run (EnvFailure); an LLM stop raised inside the rollout passes through."""
+    raised: list[BaseException] = []
 
-    def one(item: dict[str, Any]) -> ItemResult:
-        raised: list[BaseException] = []
-
-        def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
-            try:
-                return ctx.llm("target", messages, tools=tools)
-            except BaseException as err:
-                raised.append(err)
-                raise
-
+    def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
         try:
-            out = ctx.env.rollout(skill, item, complete, ctx.prompts)
-        except Exception as err:
-            if raised and err is raised[-1]:
-                raise
-            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-            raise EnvFailure(f"env {ctx.config.env!r} failed on item {item['id']!r}: {type(err).__name__}: "
-                             f"{first}") from err
-        stored = out.trajectory if out.trajectory is not None else out.messages
-        return ItemResult(
-            item_id=item["id"], task_type=out.task_type, hard=out.hard, soft=out.soft, fail_reason=out.fail_reason,
-            prediction=out.prediction, trajectory=ctx.put_blob(canonical_json(stored)),
-            call=out.call.ref if out.call else None, calls=[c.ref for c in out.calls], turns=out.turns,
-            seed=out.seed,
-        )
+            return ctx.llm("target", messages, tools=tools)
+        except BaseException as err:
+            raised.append(err)
+            raise
 
-    results = ctx.map(one, items)
+    try:
+        out = ctx.env.rollout(skill, item, complete, ctx.prompts)
+    except Exception as err:
+        if raised and err is raised[-1]:
+            raise
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise EnvFailure(f"env {ctx.config.env!r} failed on item {item['id']!r}: {type(err).__name__}: "
+                         f"{first}") from err
+    stored = out.trajectory if out.trajectory is not None else out.messages
+    return ItemResult(
+        item_id=item["id"], task_type=out.task_type, hard=out.hard, soft=out.soft, fail_reason=out.fail_reason,
+        prediction=out.prediction, trajectory=ctx.put_blob(canonical_json(stored)),
+        call=out.call.ref if out.call else None, calls=[c.ref for c in out.calls], turns=out.turns,
+        seed=out.seed,
+    )
+
+
+def rollout_items(ctx: RunContext, skill: str, items: list[dict[str, Any]]) -> list[ItemResult]:
+    """Every item rolled out with `skill`, in input order. Episodes end at
+    their first failed target call, so besides the calls' circuit breaker,
+    too large a share of rollouts ended by failed calls stops the stage too
+    (CircuitOpen), before anything is appended."""
+    results = ctx.map(lambda item: rollout_one(ctx, skill, item), items)
     check_rollout_errors(ctx, results)
     return results
 
@@ -142,10 +146,73 @@ def rollout(ctx: RunContext, state: RunState) -> list[Event]:
 
 def evaluate_candidate(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
-    split, skill = ctx.config.val_split, need(p.candidate, "CandidateBuilt").skill
-    scores, blob, usage = evaluate_cached(ctx, state, skill, split)
-    return [CandidateEvaluated(step=p.step, split=split, skill=skill, scores=scores, cached=blob is None, results=blob,
-                               usage_by_role=usage)]
+    cfg = ctx.config
+    split, skill = cfg.val_split, need(p.candidate, "CandidateBuilt").skill
+    if cfg.early_reject and cfg.use_gate and state.score_cache.get(cache_key(split, skill)) is None:
+        current = need(state.current_score, "the current score")
+        scores, blob, usage, partial = evaluate_early(ctx, state, skill, split, current)
+        return [CandidateEvaluated(step=p.step, split=split, skill=skill, scores=scores, cached=False, results=blob,
+                                   usage_by_role=usage, partial=partial)]
+    scores, maybe_blob, usage = evaluate_cached(ctx, state, skill, split)
+    return [CandidateEvaluated(step=p.step, split=split, skill=skill, scores=scores, cached=maybe_blob is None,
+                               results=maybe_blob, usage_by_role=usage)]
+
+
+def evaluation_order(ctx: RunContext, state: RunState, split: str) -> list[dict[str, Any]]:
+    """The split's items, those the current skill failed first (from its
+    recorded results, when the log has them), each group in split order."""
+    items = ctx.env.items(split)
+    blob = state.results_cache.get(cache_key(split, state.current_skill or ""))
+    if not blob:
+        return items
+    failed = {r["item_id"] for r in json.loads(ctx.blob(blob)) if r.get("hard", 0) < 1}
+    return [i for i in items if i["id"] in failed] + [i for i in items if i["id"] not in failed]
+
+
+def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str,
+                   current: float) -> tuple[Scores, str, dict[str, Usage], PartialEval | None]:
+    """Score `skill_hash` on `split`, stopping once a reject is certain
+    (`gate.early_reject_point`). Items go out in `evaluation_order`, up to
+    `concurrency` at a time; no new item is sent once the scored prefix
+    proves the reject, and the calls in flight finish and are recorded (a
+    later full evaluation is served them). The event holds exactly that
+    prefix, so resume and verify reproduce it whatever the timing. Without
+    a reject every item is scored and the results are in split order, as a
+    plain evaluation gives."""
+    cfg = ctx.config
+    skill = ctx.blob(skill_hash)
+    order = evaluation_order(ctx, state, split)
+    n = len(order)
+    density = gate_rules.semantic_density(skill)
+    results: list[ItemResult | None] = [None] * n
+    width = 1 if ctx.verifying else cfg.concurrency  # verify asks only for what the event holds
+    pending: dict[Future[ItemResult], int] = {}
+    sent = done = 0
+    stop: tuple[int, float] | None = None
+    while (sent < n and stop is None) or pending:
+        while sent < n and stop is None and len(pending) < width:
+            pending[ctx.submit(rollout_one, ctx, skill, order[sent])] = sent
+            sent += 1
+        finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for future in finished:
+            results[pending.pop(future)] = future.result()
+        while stop is None and done < n and results[done] is not None:
+            done += 1
+            prefix = [(r.hard, r.soft) for r in results[:done] if r is not None]
+            found = gate_rules.early_reject_point(prefix, n, current, cfg.gate_metric, cfg.gate_mixed_weight,
+                                                  density, cfg.semantic_density_weight)
+            stop = found if found is not None and found[0] == done else None
+    scored = [r for r in (results[: stop[0]] if stop else results) if r is not None]
+    check_rollout_errors(ctx, scored)
+    partial = None
+    if stop is not None:
+        partial = PartialEval(scored=stop[0], of=n, upper_bound=stop[1], item_ids=[r.item_id for r in scored])
+    else:  # a full evaluation: in split order, exactly what a plain one records
+        by_id = {r.item_id: r for r in scored}
+        scored = [by_id[i["id"]] for i in ctx.env.items(split)]
+    scores = summarize(scored, cfg.gate_metric, cfg.gate_mixed_weight, skill, cfg.semantic_density_weight)
+    blob = ctx.put_blob(canonical_json([r.model_dump(mode="json") for r in scored]))
+    return scores, blob, usage_of([c for r in scored for c in r.all_calls()]), partial
 
 
 def evaluate_cached(ctx: RunContext, state: RunState, skill: str,
@@ -169,8 +236,15 @@ def decide(ctx: RunContext, state: RunState) -> list[Event]:
     if skip:
         return [GateDecided(step=p.step, decision=gate_rules.SKIP, candidate_score=None, current_score=current,
                             best_score=best, reason=skip)]
-    score = need(p.evaluation, "CandidateEvaluated").scores.gate
+    evaluation = need(p.evaluation, "CandidateEvaluated")
     candidate = need(p.candidate, "CandidateBuilt")
+    if evaluation.partial is not None:
+        part = evaluation.partial
+        return [GateDecided(step=p.step, decision=gate_rules.REJECT, candidate_score=part.upper_bound,
+                            current_score=current, best_score=best,
+                            reason=f"at most {part.upper_bound:.4f} <= current {current:.4f}: rejected early, after "
+                                   f"{part.scored} of {part.of} items")]
+    score = evaluation.scores.gate
     decision, reason, forced = gate_decision(score, current, best, ctx.config.use_gate)
     if not candidate.changed:
         reason += "; candidate identical to the current skill"
@@ -190,6 +264,11 @@ def skip_reason(state: RunState, update_mode: str) -> str | None:
     if update_mode != "full_rewrite" and not p.merged.edits:
         return "no edits survived aggregation"
     if p.selected is not None and not p.selected.edits:
+        dropped = p.selected.dropped
+        if dropped and len(dropped) == p.selected.candidates:
+            reasons = Counter(d.reason for d in dropped)
+            return ("every proposed edit would change nothing (" +
+                    ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(reasons.items())) + ")")
         return "the autonomous learning rate chose 0 edits"
     return None
 

@@ -16,6 +16,7 @@ from skillstate.events import CandidateBuilt, Edit, EditsSelected, Event, Learni
 from skillstate.guidance import body_of, guidance_of, protect, with_guidance
 from skillstate.reducer import RunState, need, step_progress
 from skillstate.scheduler import clamp_edit_count
+from skillstate.screen import screen_edits
 
 
 def fallback_order(edits: list[Edit]) -> list[int]:
@@ -51,27 +52,35 @@ def choose_learning_rate(ctx: RunContext, state: RunState) -> list[Event]:
 
 
 def select(ctx: RunContext, state: RunState) -> list[Event]:
+    """Keep at most the budget of the merged edits, after dropping those that
+    would change nothing (`skillstate.screen`): ranked by the optimizer when
+    more are left than the budget allows."""
     p = step_progress(state)
     edits = need(p.merged, "PatchesMerged").edits
+    base = ctx.blob(p.base_skill)
+    kept, dropped = screen_edits(body_of(base), guidance_of(base) or "", edits)
     budget = p.learning_rate.chosen if p.learning_rate is not None else p.edit_budget
-    if len(edits) <= budget or budget == 0:
-        indices: list[int] = list(range(len(edits)))[:budget]
-        return [EditsSelected(step=p.step, budget=budget, candidates=len(edits), method="all" if budget else "none",
-                              selected_indices=indices, edits=[edits[i] for i in indices])]
-    result = ctx.optimizer(compose(ctx, state, "rank", memo=True, skill=ctx.blob(p.base_skill), budget=budget,
-                                   edits=to_json(edits_json(edits, with_index=True))), reply=RankReply)
+    common: dict[str, Any] = dict(step=p.step, budget=budget, candidates=len(edits), dropped=dropped)
+    if len(kept) <= budget or budget == 0:
+        indices = kept[:budget]
+        return [EditsSelected(method="all" if budget and kept else "none", selected_indices=indices,
+                              edits=[edits[i] for i in indices], **common)]
+    shown = [edits[i] for i in kept]  # the ranker sees only the edits left, numbered from 0
+    result = ctx.optimizer(compose(ctx, state, "rank", memo=True, skill=base, budget=budget,
+                                   edits=to_json(edits_json(shown, with_index=True))), reply=RankReply)
     reply = parse_reply(result.text, RankReply) if result.ok else None
-    indices = []
+    picked: list[int] = []
     if reply is not None:
         for i in reply.selected_indices:
-            if 0 <= i < len(edits) and i not in indices:
-                indices.append(i)
-        indices = indices[:budget]
+            if 0 <= i < len(shown) and i not in picked:
+                picked.append(i)
+        picked = picked[:budget]
     method = "ranked"
-    if not indices:
-        indices, method = fallback_order(edits)[:budget], "fallback"
-    return [EditsSelected(step=p.step, budget=budget, candidates=len(edits), method=method, selected_indices=indices,
-                          edits=[edits[i] for i in indices], call=result.ref)]
+    if not picked:
+        picked, method = fallback_order(shown)[:budget], "fallback"
+    indices = [kept[i] for i in picked]
+    return [EditsSelected(method=method, selected_indices=indices, edits=[edits[i] for i in indices],
+                          call=result.ref, **common)]
 
 
 def patch_skill(base: str, edits: list[Edit]):

@@ -153,7 +153,7 @@ class SimOptimizer:
             return f"Remove the line: {edit['target']}"
         if edit["op"] == "replace":
             return f"Replace the line: {edit['target']} => {edit['content']}"
-        return f"Add the rule: {edit['content'].lstrip('- ')}"
+        return edit["content"].lstrip("- ")  # a rule to add is the suggestion itself
 
     def _patch_reply(self, prompt: str, skill: str, reasoning: str, summary: list[str], edits: list[dict]) -> str:
         """The analyst's reply in the shape its prompt asks for."""

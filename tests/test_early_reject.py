@@ -1,0 +1,97 @@
+"""The exact early-reject gate: a candidate stops being scored once it cannot
+beat the current score, and the decision is always the one a full
+evaluation gives."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import small_config
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skillstate import gate
+from skillstate.audit import audit, verify
+from skillstate.engine.runner import lineage_events
+from skillstate.trainer import Trainer
+
+score = st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0, 1, allow_nan=False))
+outcome = st.tuples(st.sampled_from([0.0, 1.0]), score)  # (hard, soft): hard is 0 or 1 in every env here
+
+
+@st.composite
+def cases(draw):
+    outcomes = draw(st.lists(outcome, min_size=1, max_size=40))
+    order = draw(st.permutations(range(len(outcomes))))
+    metric = draw(st.sampled_from(["hard", "soft", "mixed"]))
+    weight = draw(st.floats(0, 1, allow_nan=False))
+    density = draw(st.floats(0, 1, allow_nan=False))
+    density_weight = draw(st.sampled_from([0.0, 0.0, 0.1, 0.5]))
+    current = draw(st.one_of(st.floats(0, 1.5, allow_nan=False),
+                             st.sampled_from([k / len(outcomes) for k in range(len(outcomes) + 1)])))
+    return outcomes, order, metric, weight, density, density_weight, current
+
+
+def full_gate(outcomes, metric, weight, density, density_weight) -> float:
+    """What a full evaluation computes (stages.summarize): means in split order."""
+    n = len(outcomes)
+    hard = sum(h for h, _ in outcomes) / n
+    soft = sum(s for _, s in outcomes) / n
+    return gate.with_density(gate.gate_score(hard, soft, metric, weight), density, density_weight)
+
+
+@given(cases())
+@settings(max_examples=1500, deadline=None)
+def test_an_early_reject_is_always_the_decision_a_full_evaluation_gives(case):
+    outcomes, order, metric, weight, density, density_weight, current = case
+    ordered = [outcomes[i] for i in order]
+    found = gate.early_reject_point(ordered, len(outcomes), current, metric, weight, density, density_weight)
+    full = full_gate(outcomes, metric, weight, density, density_weight)
+    if found is not None:
+        k, bound = found
+        assert 1 <= k < len(outcomes)
+        assert full <= bound + gate.ROUNDING_SLACK
+        assert gate.decide(full, current, max(current, full)) == gate.REJECT
+        # the fewest items: no shorter prefix proves it
+        assert gate.early_reject_point(ordered[: k - 1], len(outcomes), current, metric, weight, density,
+                                       density_weight) is None or k == 1
+
+
+@given(st.lists(st.sampled_from([0.0, 1.0]), min_size=2, max_size=30), st.integers(0, 30))
+@settings(max_examples=500, deadline=None)
+def test_with_the_hard_metric_a_tie_is_rejected_as_soon_as_it_is_certain(hards, wins):
+    n = len(hards)
+    current = min(wins, n) / n
+    found = gate.early_reject_point([(h, h) for h in hards], n, current, "hard", 0.5, 0.0, 0.0)
+    fails = [i for i, h in enumerate(hards) if h == 0]
+    needed = n - min(wins, n)  # failures that make the candidate unable to beat `current`
+    if needed == 0:
+        assert found is not None and found[0] == 1 or n == 1
+    elif len(fails) >= needed and fails[needed - 1] < n - 1:
+        assert found is not None and found[0] == fails[needed - 1] + 1
+    else:
+        assert found is None
+
+
+@pytest.mark.parametrize("seed", [42, 7, 2024])
+def test_decisions_are_identical_with_early_reject_on_and_off(tmp_path, seed):
+    # The step buffer shows a rejected step's score after; an early reject knows only its bound, so with the
+    # buffer on, later prompts (and so later proposals) differ. With it off, the runs must be the same.
+    def run(on: bool):
+        cfg = small_config(seed=seed, early_reject=on, use_step_buffer=False)
+        return Trainer(cfg, db=f"sqlite:///{tmp_path / f'{seed}-{on}.db'}", run_id="r").train()
+
+    on, off = run(True), run(False)
+    decisions = lambda r: [(s.event.step, s.event.decision) for s in lineage_events(r.store, "r")  # noqa: E731
+                           if s.type == "GateDecided"]
+    assert decisions(on) == decisions(off)
+    for key in ("best_score", "best_step", "accepts", "rejects", "test"):
+        assert on.summary[key] == off.summary[key]
+    partial = [s.event for s in lineage_events(on.store, "r") if s.type == "CandidateEvaluated" and s.event.partial]
+    assert partial, "no candidate was rejected early"
+    for ev in partial:
+        assert ev.scores.n == ev.partial.scored < ev.partial.of
+        assert ev.partial.upper_bound <= on.summary["best_score"] + 1  # recorded, and a bound on a [0, 1] score
+    assert on.summary["usage"]["target"]["calls"] < off.summary["usage"]["target"]["calls"]
+    assert audit(on.store, "r").ok
+    report = verify(on.store, "r")
+    assert report.ok and report.checked == report.total
