@@ -125,6 +125,9 @@ class SkillConfig(BaseModel):
     # the rest
     use_gate: bool = Field(
         True, description="false: every candidate is accepted (recorded as a forced accept); it is still scored.")
+    drop_noop_edits: bool = Field(
+        True, description="Before selection, drop merged edits that would change nothing (a line the skill already "
+                          "holds, an absent target, a duplicate), so the budget goes to edits that do.")
     early_reject: bool = Field(
         True, description="Stop scoring a candidate once it cannot beat the current score even if every item left "
                           "succeeded (the decision is the same as a full evaluation's; the items the current skill "

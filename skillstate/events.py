@@ -50,7 +50,7 @@ class Event(Frozen):
 
 class RunStarted(Event):
     type: ClassVar[str] = "RunStarted"
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     config: dict[str, Any]
     initial_skill: str
     dataset: dict[str, dict[str, Any]]  # split -> {hash, count}
@@ -68,7 +68,7 @@ class RunStarted(Event):
 
 class RunForked(Event):
     type: ClassVar[str] = "RunForked"
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     parent_run_id: str
     fork_step: int
     parent_event_count: int  # events of the parent's lineage inherited
@@ -385,9 +385,21 @@ def _v1_config(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "config": config}
 
 
+def _v2_config(payload: dict[str, Any]) -> dict[str, Any]:
+    """v2 runs predate dropping edits that change nothing and the early-reject
+    gate, both on by default since v3: a v2 config without the keys meant
+    neither (so its log re-executes as it was written)."""
+    config = dict(payload.get("config", {}))
+    config.setdefault("drop_noop_edits", False)
+    config.setdefault("early_reject", False)
+    return {**payload, "config": config}
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunStarted", 1): _v1_config,
     ("RunForked", 1): _v1_config,
+    ("RunStarted", 2): _v2_config,
+    ("RunForked", 2): _v2_config,
 }
 
 

@@ -58,7 +58,10 @@ def select(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
     edits = need(p.merged, "PatchesMerged").edits
     base = ctx.blob(p.base_skill)
-    kept, dropped = screen_edits(body_of(base), guidance_of(base) or "", edits)
+    if ctx.config.drop_noop_edits:
+        kept, dropped = screen_edits(body_of(base), guidance_of(base) or "", edits)
+    else:
+        kept, dropped = list(range(len(edits))), []
     budget = p.learning_rate.chosen if p.learning_rate is not None else p.edit_budget
     common: dict[str, Any] = dict(step=p.step, budget=budget, candidates=len(edits), dropped=dropped)
     if len(kept) <= budget or budget == 0:
