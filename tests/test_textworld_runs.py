@@ -19,7 +19,7 @@ pytestmark = pytest.mark.textworlds
 
 TWX = {"env": "textworld_express",
        "env_config": {"games": ["cookingworld"], "items_per_split": {"train": 24, "val": 10, "test": 10}},
-       "num_epochs": 2, "batch_size": 8, "minibatch_size": 4, "episode": {"max_turns": 40}}
+       "num_epochs": 3, "batch_size": 8, "minibatch_size": 4, "episode": {"max_turns": 40}}
 SW = {"env": "scienceworld",
       "env_config": {"tasks": ["find-living-thing"], "items_per_split": {"train": 4, "val": 2, "test": 2}},
       "num_epochs": 1, "batch_size": 4, "minibatch_size": 2, "eval_test": False, "episode": {"max_turns": 20}}
