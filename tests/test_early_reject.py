@@ -86,11 +86,15 @@ def test_decisions_are_identical_with_early_reject_on_and_off(tmp_path, seed):
     assert decisions(on) == decisions(off)
     for key in ("best_score", "best_step", "accepts", "rejects", "test"):
         assert on.summary[key] == off.summary[key]
-    partial = [s.event for s in lineage_events(on.store, "r") if s.type == "CandidateEvaluated" and s.event.partial]
+    events = [s.event for s in lineage_events(on.store, "r")]
+    partial = [e for e in events if e.type == "CandidateEvaluated" and e.partial]
     assert partial, "no candidate was rejected early"
+    gates = {e.step: e for e in events if e.type == "GateDecided"}
     for ev in partial:
-        assert ev.scores.n == ev.partial.scored < ev.partial.of
-        assert ev.partial.upper_bound <= on.summary["best_score"] + 1  # recorded, and a bound on a [0, 1] score
+        assert ev.scores.n == ev.partial.scored == len(ev.partial.item_ids) < ev.partial.of
+        decided = gates[ev.step]  # the recorded bound is what proved the reject
+        assert decided.decision == "reject" and decided.candidate_score == ev.partial.upper_bound
+        assert ev.partial.upper_bound <= decided.current_score
     assert on.summary["usage"]["target"]["calls"] < off.summary["usage"]["target"]["calls"]
     assert audit(on.store, "r").ok
     report = verify(on.store, "r")
