@@ -132,6 +132,9 @@ class SkillConfig(BaseModel):
         True, description="Stop scoring a candidate once it cannot beat the current score even if every item left "
                           "succeeded (the decision is the same as a full evaluation's; the items the current skill "
                           "failed are scored first).")
+    early_reject_slow_update: bool = Field(
+        True, description="With early_reject, also stop scoring a gated slow update (slow_update_gate) once it "
+                          "cannot beat the current score.")
     semantic_density_weight: float = Field(
         0.0, ge=0.0, description="Gate bonus per unit share of skill lines led by MUST/ALWAYS/NEVER-style words.")
 

@@ -50,7 +50,7 @@ class Event(Frozen):
 
 class RunStarted(Event):
     type: ClassVar[str] = "RunStarted"
-    version: ClassVar[int] = 3
+    version: ClassVar[int] = 4
     config: dict[str, Any]
     initial_skill: str
     dataset: dict[str, dict[str, Any]]  # split -> {hash, count}
@@ -68,7 +68,7 @@ class RunStarted(Event):
 
 class RunForked(Event):
     type: ClassVar[str] = "RunForked"
-    version: ClassVar[int] = 3
+    version: ClassVar[int] = 4
     parent_run_id: str
     fork_step: int
     parent_event_count: int  # events of the parent's lineage inherited
@@ -321,6 +321,7 @@ class SlowUpdateDecided(Event):
     results: str | None = None
     reason: str = ""
     usage_by_role: dict[str, Usage] = Field(default_factory=dict)
+    partial: PartialEval | None = None  # early reject: `scores` cover only the items scored
 
     def blob_refs(self) -> list[str]:
         return [self.results] if self.results else []
@@ -395,11 +396,21 @@ def _v2_config(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "config": config}
 
 
+def _v3_config(payload: dict[str, Any]) -> dict[str, Any]:
+    """v3 runs rejected early at the step gate only; since v4 the gated slow
+    update does too, unless early_reject_slow_update is false."""
+    config = dict(payload.get("config", {}))
+    config.setdefault("early_reject_slow_update", False)
+    return {**payload, "config": config}
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunStarted", 1): _v1_config,
     ("RunForked", 1): _v1_config,
     ("RunStarted", 2): _v2_config,
     ("RunForked", 2): _v2_config,
+    ("RunStarted", 3): _v3_config,
+    ("RunForked", 3): _v3_config,
 }
 
 

@@ -283,7 +283,7 @@ def _reduce_epoch_end(state: RunState, event: EpochEndEvent) -> RunState:
         return replace(state, boundary=replace(b, slow_update=event))
     if isinstance(event, SlowUpdateDecided):
         new = replace(state, boundary=replace(b, slow_decision=event))
-        if event.scores is not None and b.slow_update is not None and b.slow_update.skill:
+        if event.scores is not None and event.partial is None and b.slow_update is not None and b.slow_update.skill:
             key = cache_key(state.config["val_split"], b.slow_update.skill)
             new = replace(new, score_cache=_with(state.score_cache, key, event.scores))
         if event.decision not in gate_rules.ACCEPTED:

@@ -99,3 +99,32 @@ def test_decisions_are_identical_with_early_reject_on_and_off(tmp_path, seed):
     assert audit(on.store, "r").ok
     report = verify(on.store, "r")
     assert report.ok and report.checked == report.total
+
+
+def test_a_gated_slow_update_is_rejected_early_with_the_decision_a_full_evaluation_gives(tmp_path):
+    # Seeds where the slow-updated skill loses: its evaluation stops early, the decision stays the same.
+    cfg = dict(num_epochs=3, batch_size=60, use_slow_update=True, slow_update_gate=True, use_meta_skill=False,
+               use_step_buffer=False)
+    found = 0
+    for seed in (42, 7, 2024, 11):
+        runs = {}
+        for on in (True, False):
+            runs[on] = Trainer(small_config(seed=seed, early_reject_slow_update=on, **cfg),
+                               db=f"sqlite:///{tmp_path / f'su-{seed}-{on}.db'}", run_id="r").train()
+        decided = {on: [s.event for s in lineage_events(r.store, "r") if s.type == "SlowUpdateDecided"]
+                   for on, r in runs.items()}
+        assert [d.decision for d in decided[True]] == [d.decision for d in decided[False]]
+        for key in ("best_score", "best_step", "accepts", "rejects", "test"):
+            assert runs[True].summary[key] == runs[False].summary[key]
+        for early, full in zip(decided[True], decided[False], strict=True):
+            if early.partial is None:
+                assert early.candidate_score == full.candidate_score
+                continue
+            found += 1
+            assert early.scores.n == early.partial.scored < early.partial.of
+            assert full.candidate_score <= early.candidate_score == early.partial.upper_bound <= early.current_score
+            assert "rejected early" in early.reason
+        assert audit(runs[True].store, "r").ok
+        report = verify(runs[True].store, "r")
+        assert report.ok and report.checked == report.total
+    assert found, "no slow update was rejected early"

@@ -219,7 +219,7 @@ def test_fork_accepts_a_budget(trained, tmp_path):
 def test_run_started_v1_is_upcast_without_the_step_buffer(trained):
     db, _, _ = trained
     kind, v3 = _events(db, "t")[0]
-    assert kind == "RunStarted" and RunStarted.version == 3 and v3["config"]["use_step_buffer"] is True
+    assert kind == "RunStarted" and RunStarted.version == 4 and v3["config"]["use_step_buffer"] is True
     v1 = json.loads(json.dumps(v3))
     del v1["config"]["use_step_buffer"]
     up = decode("RunStarted", 1, v1)
@@ -238,6 +238,18 @@ def test_run_started_v2_is_upcast_without_screening_or_early_reject(trained):
     up = decode("RunStarted", 2, v2)
     assert up.config["drop_noop_edits"] is False and up.config["early_reject"] is False
     assert decode("RunStarted", 2, v3).config["early_reject"] is True  # a v2 payload with the key keeps it
+
+
+def test_run_started_v3_is_upcast_with_early_reject_at_the_step_gate_only(trained):
+    db, _, _ = trained
+    _, v4 = _events(db, "t")[0]
+    assert v4["config"]["early_reject_slow_update"] is True
+    v3 = json.loads(json.dumps(v4))
+    del v3["config"]["early_reject_slow_update"]
+    assert decode("RunStarted", 3, v3).config["early_reject_slow_update"] is False
+    forked = {k: v3[k] for k in ("config", "prompts", "steps_per_epoch", "total_steps")}
+    forked.update(parent_run_id="p", fork_step=1, parent_event_count=1, parent_event_hash="h", overrides={})
+    assert decode("RunForked", 3, forked).config["early_reject_slow_update"] is False
 
 
 def test_new_prompts_can_be_overridden_inline():

@@ -12,7 +12,7 @@ from skillstate.config import SkillConfig
 from skillstate.engine.context import RunContext
 from skillstate.engine.parsing import GuidanceReply, MemoReply, Reply, parse_reply
 from skillstate.engine.prompting import compose, to_json
-from skillstate.engine.stages import evaluate_cached, rollout_items
+from skillstate.engine.stages import early_reject_reason, evaluate_cached, evaluate_early, rollout_items
 from skillstate.events import (
     EpochCompared,
     EpochEnded,
@@ -25,7 +25,7 @@ from skillstate.events import (
 )
 from skillstate.guidance import compare, select_pairs, with_guidance
 from skillstate.llm.base import CallResult
-from skillstate.reducer import RunState, boundary_progress, need
+from skillstate.reducer import RunState, boundary_progress, cache_key, need
 from skillstate.util import seeded_rng
 
 NONE_YET = "(none yet)"
@@ -126,9 +126,19 @@ def slow_update_decide(ctx: RunContext, state: RunState) -> list[Event]:
     if su.status != "ok" or not su.skill:
         return [SlowUpdateDecided(decision=gate_rules.SKIP, forced=False, candidate_score=None,
                                   reason=f"slow update reply {su.status}; the skill is unchanged", **common)]
-    scores, blob, usage = evaluate_cached(ctx, state, su.skill, ctx.config.val_split)
+    cfg, split = ctx.config, ctx.config.val_split
+    if (cfg.slow_update_gate and cfg.early_reject and cfg.early_reject_slow_update
+            and state.score_cache.get(cache_key(split, su.skill)) is None):
+        scores, results, usage, partial = evaluate_early(ctx, state, su.skill, split, current)
+        if partial is not None:
+            return [SlowUpdateDecided(decision=gate_rules.REJECT, forced=False, candidate_score=partial.upper_bound,
+                                      scores=scores, results=results, usage_by_role=usage, partial=partial,
+                                      reason=early_reject_reason(partial, current), **common)]
+        blob: str | None = results
+    else:
+        scores, blob, usage = evaluate_cached(ctx, state, su.skill, split)
     score = scores.gate
-    if ctx.config.slow_update_gate:
+    if cfg.slow_update_gate:
         decision = gate_rules.decide(score, current, best)
         reason = f"gated: {score:.4f} vs current {current:.4f}, best {best:.4f}"
         forced = False

@@ -241,9 +241,7 @@ def decide(ctx: RunContext, state: RunState) -> list[Event]:
     if evaluation.partial is not None:
         part = evaluation.partial
         return [GateDecided(step=p.step, decision=gate_rules.REJECT, candidate_score=part.upper_bound,
-                            current_score=current, best_score=best,
-                            reason=f"at most {part.upper_bound:.4f} <= current {current:.4f}: rejected early, after "
-                                   f"{part.scored} of {part.of} items")]
+                            current_score=current, best_score=best, reason=early_reject_reason(part, current))]
     score = evaluation.scores.gate
     decision, reason, forced = gate_decision(score, current, best, ctx.config.use_gate)
     if not candidate.changed:
@@ -252,6 +250,11 @@ def decide(ctx: RunContext, state: RunState) -> list[Event]:
         reason += f"; the rewrite call failed ({candidate.status})"
     return [GateDecided(step=p.step, decision=decision, candidate_score=score, current_score=current,
                         best_score=best, reason=reason, forced=forced)]
+
+
+def early_reject_reason(part: PartialEval, current: float) -> str:
+    return (f"at most {part.upper_bound:.4f} <= current {current:.4f}: rejected early, after {part.scored} of "
+            f"{part.of} items")
 
 
 def skip_reason(state: RunState, update_mode: str) -> str | None:
