@@ -31,6 +31,7 @@ from skillstate.events import (
     SlowUpdateDecided,
     SlowUpdateProposed,
     StepStarted,
+    StopConditionMet,
     TestEvaluated,
 )
 from skillstate.history import status_of
@@ -112,6 +113,8 @@ class ProgressPrinter:
             where = f"test           {ev.label}" if ev.label != "eval" else f"eval           {ev.split}"
             return f"{where}: hard {fmt(ev.scores.hard)}  soft {fmt(ev.scores.soft)}"
         t = ev.type
+        if t == "StopConditionMet":
+            return f"stopped        {event_summary(ev)}"
         if t in EPOCH_EVENTS:
             return f"{'final' if t == 'FinalValidated' else 'epoch end':15}{t}  {event_summary(ev)}"
         return None
@@ -219,6 +222,8 @@ def summary_text(s: dict[str, Any], width: int | None = None) -> str:
         return eval_text(s, width)
     lines = _headline(s["run_id"], f"{s['status']}, {s['steps']} steps; {s['accepts']} accepted "
                                    f"({s['new_best']} new best), {s['rejects']} rejected, {s['skips']} skipped", width)
+    if s.get("stopped"):
+        lines.extend(wrapped(f"stopped: {s['stopped']['reason']}", width))
     lines.append("")
     test = s["test"]
     rows = []
@@ -342,6 +347,8 @@ def event_summary(ev: Event) -> str:
     if isinstance(ev, FinalValidated):
         verdict = "promoted to best" if ev.promoted else "best kept"
         return f"current {fmt(ev.score)} vs best {fmt(ev.best_score)}: {verdict}"
+    if isinstance(ev, StopConditionMet):
+        return f"{ev.condition}: {ev.reason}"
     if isinstance(ev, RunCompleted):
         return f"best {fmt(ev.best_score)} at step {ev.best_step}"
     return ""

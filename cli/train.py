@@ -152,21 +152,34 @@ def train_and_report(trainer, as_json: bool = False) -> None:
     else:
         click.echo("")
         click.echo(summary_text(result.summary))
+    stop = result.state.stopped
+    if stop is not None:
+        relax = "delete the stop file, then:" if stop.condition == "stop_file" else "relax it:"
+        key = {"no_improvement": "stop_after_no_improvement", "target_score": "target_score",
+               "wall_time": "max_wall_seconds"}.get(stop.condition)
+        hint = resume_hint(trainer.run_id, f" --set {key}=..." if key else "")
+        click.echo(f"the run stopped cleanly ({stop.condition}) and is saved; to go on, {relax} {hint}", err=True)
 
 
 @cli.command()
 @click.argument("run_id", required=False)
 @budget_option
+@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE",
+              help="Change a runtime key, such as a stop condition: --set target_score=0.9 (repeatable).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @db_option
-def resume(run_id, max_cost_usd, quiet, as_json, db) -> None:
+def resume(run_id, max_cost_usd, assignments, quiet, as_json, db) -> None:
     """Continue a run where its log ends (default: the latest training run).
+
+    Only runtime keys may change (the budget, concurrency, retries, the
+    endpoint, the stop conditions); fork the run to change anything else.
 
     \b
     Examples:
         skillstate resume run-20261121-101500-ab12
         skillstate resume --max-cost-usd 5     # after a stop at the cost budget
+        skillstate resume --set stop_after_no_improvement=6   # after a stop condition
     """
     from skillstate.engine.runner import load_run
     from skillstate.trainer import Trainer
@@ -174,8 +187,11 @@ def resume(run_id, max_cost_usd, quiet, as_json, db) -> None:
     store = open_store(db, create=False, write=True)
     row = store.require_run(run_id)
     config = None
+    overrides = parse_sets(assignments)
     if max_cost_usd is not None:
-        config = build_config(None, {"max_cost_usd": max_cost_usd}, base=dict(load_run(store, row.run_id).state.config))
+        overrides["max_cost_usd"] = max_cost_usd
+    if overrides:
+        config = build_config(None, overrides, base=dict(load_run(store, row.run_id).state.config))
     train_and_report(Trainer(config, store=store, run_id=row.run_id, on_progress=printer(quiet or as_json)), as_json)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from skillstate.chain import check_chain, label
 from skillstate.engine.runner import build_context, config_of, drive, lineage_events, load_run
 from skillstate.errors import EnvFailure, ReplayMissError, UserError
-from skillstate.events import Event, RunForked, encode
+from skillstate.events import Event, RunForked, StopConditionMet, encode
 from skillstate.reducer import RunState, reduce
 from skillstate.store import GENESIS, Store, StoredEvent
 from skillstate.util import canonical_json, sha256_text
@@ -216,8 +216,13 @@ def verify(store: Store, run_id: str | None) -> VerifyReport:
         for client in ctx.clients.values():  # the calls as they stood when the stage's events were appended
             client.before = log.expected[log.pos].created_at
 
+    def recorded_stop(_state: RunState, _name: str) -> StopConditionMet | None:
+        """A stop is an input, like the run's first event: re-execution takes the recorded one."""
+        nxt = None if log.exhausted else log.expected[log.pos].event
+        return nxt if isinstance(nxt, StopConditionMet) else None
+
     try:
-        drive(ctx, state, before_stage)
+        drive(ctx, state, before_stage, stops=recorded_stop, halt=False)
         if not log.exhausted:
             nxt = log.expected[log.pos]
             report.divergence, report.seq = f"log has {nxt.type} after the run completes", nxt.seq

@@ -169,6 +169,17 @@ class SkillConfig(BaseModel):
     max_cost_usd: float | None = Field(
         None, gt=0, description="Stop cleanly once the LLM requests this run sent cost this much (resumable with a "
                                 "higher budget).")
+
+    # stop conditions: each stops cleanly at an event boundary, is recorded (StopConditionMet) and resumable
+    stop_after_no_improvement: int | None = Field(
+        None, ge=1, description="Stop before a step once the best score has not improved for this many steps (a "
+                                "fork counts from its fork step).")
+    target_score: float | None = Field(
+        None, description="Stop before a step once the best score (gate metric) reaches this value.")
+    max_wall_seconds: float | None = Field(
+        None, gt=0, description="Stop at the next event boundary once this invocation has run this many seconds.")
+    stop_file: str | None = Field(
+        None, description="Stop at the next event boundary while this file exists (delete it, then resume).")
     prices: dict[str, tuple[float, float]] = Field(
         default_factory=dict, description="Extra or overriding prices: model -> [USD per 1M input tokens, USD per 1M "
                                           "output tokens].")
@@ -217,6 +228,7 @@ class SkillConfig(BaseModel):
 # they may differ when a run is resumed.
 RUNTIME_KEYS = {
     "concurrency", "max_cost_usd", "prices", "max_consecutive_failures", "max_stage_failure_share",
+    "stop_after_no_improvement", "target_score", "max_wall_seconds", "stop_file",
     "optimizer.base_url", "optimizer.api_key_env", "optimizer.timeout", "optimizer.max_retries",
     "optimizer.azure", "optimizer.api_version",
     "target.base_url", "target.api_key_env", "target.timeout", "target.max_retries",

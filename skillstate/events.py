@@ -363,13 +363,23 @@ class FinalValidated(Event):
         return [self.skill]
 
 
+class StopConditionMet(Event):
+    """A stop condition held at an event boundary: the run stopped cleanly
+    after `step` and resumes where it stopped once the condition is relaxed."""
+
+    type: ClassVar[str] = "StopConditionMet"
+    condition: str  # no_improvement | target_score | wall_time | stop_file
+    reason: str
+    step: int  # the last completed step
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
         RunStarted, RunForked, BaselineEvaluated, RunCompleted, StepStarted, RolloutCompleted,
         PatchProposed, PatchesMerged, LearningRateChosen, EditsSelected, CandidateBuilt, CandidateEvaluated,
         GateDecided, TestEvaluated, EpochCompared, SlowUpdateProposed, SlowUpdateDecided, MetaSkillWritten,
-        EpochEnded, FinalValidated,
+        EpochEnded, FinalValidated, StopConditionMet,
     )
 }
 

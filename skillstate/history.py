@@ -88,7 +88,9 @@ def status_of(state: RunState) -> str:
     if state.completed:
         return "evaluated" if state.kind == "eval" else "completed"
     if state.baseline is None:
-        return "started"
+        return "started" if state.stopped is None else "stopped before the baseline"
+    if state.stopped is not None:
+        return f"stopped at step {state.last_completed_step}/{state.total_steps}"
     return f"step {state.last_completed_step}/{state.total_steps}"
 
 
@@ -121,6 +123,7 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
         "parent_run_id": s.parent_run_id,
         "fork_step": s.fork_step,
         "status": status_of(s),
+        "stopped": ({"condition": s.stopped.condition, "reason": s.stopped.reason} if s.stopped else None),
         "steps": s.last_completed_step,
         "total_steps": s.total_steps,
         "baseline_score": s.baseline.gate if s.baseline else None,

@@ -35,6 +35,7 @@ from skillstate.events import (
     SlowUpdateDecided,
     SlowUpdateProposed,
     StepStarted,
+    StopConditionMet,
     TestEvaluated,
     Usage,
 )
@@ -151,6 +152,10 @@ def reduce(state: RunState, event: Event) -> RunState:
 
     if not state.started:
         raise FoldError(f"{event.type} before the run started")
+    if isinstance(event, StopConditionMet):
+        return replace(state, stopped=event)
+    if state.stopped is not None:
+        state = replace(state, stopped=None)
 
     if isinstance(event, RunForked):
         if state.progress is not None or state.boundary is not None:

@@ -25,6 +25,7 @@ from skillstate.events import (
     Scores,
     SlowUpdateDecided,
     SlowUpdateProposed,
+    StopConditionMet,
     TestEvaluated,
     Usage,
 )
@@ -146,6 +147,7 @@ class RunState:
     memo: str | None = None  # the meta skill: memo to the optimizer
     memo_epoch: int = 0
     final_validated: bool = False
+    stopped: StopConditionMet | None = None  # the log ends with this stop (cleared by any later event)
 
     @property
     def started(self) -> bool:

@@ -33,6 +33,7 @@ from skillstate.engine.loading import (  # noqa: F401  (re-exported)
     state_of,
     step_boundary,
 )
+from skillstate.engine.stops import StopCheck, StopConditions, already_stopped
 from skillstate.envs.base import SkillEnv
 from skillstate.envs.registry import make_env
 from skillstate.errors import BudgetStop, EnvFailure, EnvStop, LLMStop, StorageStop
@@ -113,12 +114,26 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
     return "gate"
 
 
-def drive(ctx: RunContext, state: RunState, before_stage: Callable[[str], None] | None = None) -> RunState:
-    """Run stages until the run is complete. A stage whose calls failed too
-    often (the circuit breaker) raises before its events are appended."""
+def drive(ctx: RunContext, state: RunState, before_stage: Callable[[str], None] | None = None,
+          stops: StopCheck | None = None, halt: bool = True) -> RunState:
+    """Run stages until the run is complete, or until `stops` finds a stop
+    condition at an event boundary: its event is appended and, with `halt`,
+    the run returns there (verify passes the recorded stops and goes on). A
+    stage whose calls failed too often (the circuit breaker) raises before
+    its events are appended."""
     while (name := next_stage(ctx, state)) is not None:
         if before_stage is not None:
             before_stage(name)
+        stop = stops(state, name) if stops is not None else None
+        if stop is not None:
+            if halt and already_stopped(state, stop):
+                return state
+            stored = ctx.log.append([stop], {})
+            state = reduce(state, stop)
+            ctx.report("event", "stop", state, stop, stored[0] if stored else None)
+            if halt:
+                return state
+            continue
         ctx.report("stage", name, state)
         ctx.health.begin_stage(name)
         events = STAGES[name](ctx, state)
@@ -214,7 +229,7 @@ def continue_run(store: Store, run_id: str, *, runtime: SkillConfig | None = Non
         ctx = build_context(store, run_id, loaded.state, config, StoreLog(store, run_id, seq, last_hash, lease),
                             on_progress=on_progress, backend_factory=backend_factory)
         try:
-            return drive(ctx, loaded.state)
+            return drive(ctx, loaded.state, stops=StopConditions(config))
         except FatalLLMError as err:
             raise LLMStop(str(err), run_id, fatal=True) from None
         except EnvFailure as err:
