@@ -1,17 +1,20 @@
-"""The click group and the helpers every command shares."""
+"""The click group and the helpers every command shares.
+
+The command modules import only click and light skillstate modules at the
+top: SQLAlchemy, pydantic, rich and the engine are imported by the commands
+that use them, so that `--help` and argument errors answer at once.
+"""
 
 from __future__ import annotations
 
 import json
 import shlex
+import sys
 from typing import Any
 
 import click
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
 
 from skillstate import __version__
-from skillstate.config import parse_assignment, redact
 from skillstate.errors import (
     BudgetStop,
     ConcurrencyError,
@@ -22,8 +25,7 @@ from skillstate.errors import (
     SkillstateError,
     UserError,
 )
-from skillstate.store import DEFAULT_DB, make_engine
-from skillstate.util import parse_step
+from skillstate.util import DEFAULT_DB, parse_step
 
 
 class CLIError(click.ClickException):
@@ -52,6 +54,8 @@ def resume_hint(run_id: str, extra: str = "") -> str:
     db = ctx.meta.get(DB_META_KEY) if ctx is not None else None
     flag = ""
     if db and db != DEFAULT_DB:
+        from sqlalchemy.engine import make_url
+
         flag = f" --db {shlex.quote(make_url(db).render_as_string(hide_password=True))}"
     return f"skillstate resume {run_id}{extra}{flag}"
 
@@ -79,9 +83,19 @@ class Group(click.Group):
                                        if isinstance(err, CorruptLogError) else str(err)) from None
         except SkillstateError as err:
             raise click.ClickException(f"{type(err).__name__}: {err}") from None
-        except SQLAlchemyError as err:
+        except Exception as err:
+            if not _is_database_error(err):
+                raise
+            from skillstate.config import redact
+
             first = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
             raise click.ClickException(f"database error: {redact(first)}") from None
+
+
+def _is_database_error(err: Exception) -> bool:
+    """A SQLAlchemyError (if SQLAlchemy was never imported, it cannot be one)."""
+    exc = sys.modules.get("sqlalchemy.exc")
+    return exc is not None and isinstance(err, exc.SQLAlchemyError)
 
 
 def _remember_db(ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -90,6 +104,8 @@ def _remember_db(ctx: click.Context, _param: click.Parameter, value: str) -> str
 
 
 def _existing_db(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    from skillstate.store import make_engine
+
     make_engine(value, create=False).dispose()  # a bad URL or a missing file: one line, nothing created
     return _remember_db(ctx, param, value)
 
@@ -118,6 +134,8 @@ def budget_option(fn):
 
 
 def parse_sets(assignments: tuple[str, ...]) -> dict[str, Any]:
+    from skillstate.config import parse_assignment
+
     out: dict[str, Any] = {}
     for text in assignments:
         key, value = parse_assignment(text)

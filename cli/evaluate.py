@@ -8,10 +8,8 @@ from typing import Any
 import click
 
 from skillstate.cli.app import cli, db_option, echo_json, parse_sets, set_option
-from skillstate.cli.render import printer, summary_text
 from skillstate.cli.train import config_with_backend
 from skillstate.errors import UserError
-from skillstate.store import open_store
 from skillstate.util import check_run_id
 
 
@@ -44,6 +42,8 @@ def evaluate(skill_file, split, data, env_name, backend, model, base_url, config
         skillstate eval --skill my_skill.md --backend openai --model gpt-4o-mini --data examples/qa
         skillstate eval --skill agent.md --env sql --split val
     """
+    from skillstate.cli.render import printer, summary_text
+    from skillstate.store import open_store
     from skillstate.trainer import evaluate_skill
 
     overrides: dict[str, Any] = {"initial_skill": skill_file}

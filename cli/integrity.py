@@ -6,7 +6,6 @@ import click
 
 from skillstate.cli.app import cli, echo_json
 from skillstate.cli.app import existing_db_option as db_option
-from skillstate.store import open_store
 
 
 @cli.command()
@@ -25,6 +24,7 @@ def head(run_id, as_json, db) -> None:
         skillstate head my-run > my-run.head
     """
     from skillstate.audit import head as run_head
+    from skillstate.store import open_store
 
     h = run_head(open_store(db, create=False), run_id)
     if as_json:

@@ -10,10 +10,11 @@ import click
 
 from skillstate.cli.app import cli, echo_json, step_arg
 from skillstate.cli.app import existing_db_option as db_option
-from skillstate.cli.render import fmt, history_lines, log_lines, run_rows, runs_lines, summary_text
 from skillstate.errors import UserError
-from skillstate.store import open_store
 from skillstate.util import is_step, parse_step
+
+# Each command imports the store, the engine and the renderers it uses when it
+# runs: `skillstate --help` loads none of them.
 
 
 def positional(args: tuple[str, ...]) -> tuple[str, ...]:
@@ -34,6 +35,9 @@ def runs(as_json, db) -> None:
     Example:
         skillstate runs --json
     """
+    from skillstate.cli.render import run_rows, runs_lines
+    from skillstate.store import open_store
+
     store = open_store(db, create=False)
     rows = run_rows(store, store.list_runs())
     if as_json:
@@ -60,7 +64,9 @@ def log(run_id, step, lineage, as_json, db) -> None:
         skillstate log
         skillstate log my-run --step 3 --json
     """
+    from skillstate.cli.render import log_lines
     from skillstate.engine.runner import load_run
+    from skillstate.store import open_store
 
     store = open_store(db, create=False)
     loaded = load_run(store, run_id)
@@ -91,9 +97,11 @@ def show(run_id, step, as_json, db) -> None:
         skillstate show
         skillstate show --step 4
     """
+    from skillstate.cli.render import history_lines, summary_text
     from skillstate.cli.steps import step_detail
     from skillstate.engine.runner import load_run
     from skillstate.history import run_summary
+    from skillstate.store import open_store
 
     store = open_store(db, create=False)
     loaded = load_run(store, run_id)
@@ -135,6 +143,8 @@ def replay(run_id, to_step, verify, as_json, db) -> None:
     """
     if verify == (to_step is not None):
         raise UserError("replay needs exactly one of --to-step N or --verify")
+    from skillstate.store import open_store
+
     store = open_store(db, create=False)
     if verify:
         from skillstate.audit import verify as run_verify
@@ -148,6 +158,7 @@ def replay(run_id, to_step, verify, as_json, db) -> None:
         if not report.ok:
             raise click.ClickException(f"run {report.run_id}: diverges at event {report.seq}: {report.divergence}")
         return
+    from skillstate.cli.render import fmt
     from skillstate.history import replay as run_replay
 
     snap = run_replay(store, run_id, parse_step(to_step))
@@ -184,6 +195,7 @@ def why(args, as_json, db) -> None:
         skillstate why -- "- Keep answers short."   # text that starts with -
     """
     from skillstate.provenance import explain
+    from skillstate.store import open_store
 
     if len(args) > 2:
         raise UserError('why takes [RUN] TEXT (quote the text: skillstate why "some words")')
@@ -221,6 +233,7 @@ def audit(run_id, expect_head, as_json, db) -> None:
         skillstate audit my-run --head "$(cat my-run.head)"
     """
     from skillstate.audit import audit as run_audit
+    from skillstate.store import open_store
 
     report = run_audit(open_store(db, create=False), run_id, expect_head=expect_head)
     checks = "hash chain and invariants" + (", signatures" if report.keyed else "") + (
@@ -249,6 +262,7 @@ def export(run_id, step, best, output, db) -> None:
         skillstate export my-run --step 3
     """
     from skillstate.history import skill_at
+    from skillstate.store import open_store
 
     store = open_store(db, create=False)
     _, text = skill_at(store, run_id, step_arg(step), best=best)
@@ -272,6 +286,7 @@ def diff(args, db) -> None:
         skillstate diff 0 4
     """
     from skillstate.history import skill_diff
+    from skillstate.store import open_store
 
     if len(positional(args)) not in (2, 3):
         raise UserError("diff takes [RUN] STEP_A STEP_B")

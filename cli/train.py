@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,11 +18,11 @@ from skillstate.cli.app import (
     set_option,
 )
 from skillstate.cli.read import positional
-from skillstate.cli.render import printer, summary_text
-from skillstate.config import SIM_MODELS, SkillConfig, build_config, load_config_file
 from skillstate.errors import UserError
-from skillstate.store import open_store
 from skillstate.util import check_run_id, parse_step
+
+if TYPE_CHECKING:
+    from skillstate.config import SkillConfig
 
 
 @cli.command()
@@ -65,7 +65,9 @@ def run(config_file, backend, data, env_name, model, optimizer_model, target_mod
         skillstate run --env sql                # a tool-using agent over a bundled database
         skillstate run --env textworld_express  # a text-world agent (pip install "skillstate[textworlds]")
     """
+    from skillstate.cli.render import printer
     from skillstate.engine.runner import load_run
+    from skillstate.store import open_store
     from skillstate.trainer import Trainer
 
     overrides: dict[str, Any] = {}
@@ -114,8 +116,11 @@ def show_plan(store, run_id: str, config: SkillConfig) -> None:
     click.echo(f"{plan_of(store, run_id).describe()}; stop at a budget with --max-cost-usd", err=True)
 
 
-# The model names the sim backend answers to (skillstate.sim.server.SIM_MODEL_IDS and the defaults).
-SIM_NAMES = frozenset({"sim", "sim-model", *SIM_MODELS.values()})
+def sim_names() -> frozenset[str]:
+    """The model names the sim backend answers to (skillstate.sim.server.SIM_MODEL_IDS and the defaults)."""
+    from skillstate.config import SIM_MODELS
+
+    return frozenset({"sim", "sim-model", *SIM_MODELS.values()})
 
 
 def config_with_backend(config_file: str | None, overrides: dict[str, Any], *, base: dict[str, Any] | None = None,
@@ -125,10 +130,12 @@ def config_with_backend(config_file: str | None, overrides: dict[str, Any], *, b
     model other than the sim names, or a base URL, with no backend chosen (by
     flag, --set, the config file or the run being resumed) means backend
     openai; with backend sim chosen, it is refused."""
+    from skillstate.config import build_config, load_config_file
+
     config = build_config(config_file, overrides, base=base)
     models = dict.fromkeys(getattr(config, role).model for role in roles)
     urls = dict.fromkeys(getattr(config, role).base_url for role in roles)
-    real = [f"model {m!r}" for m in models if m and m not in SIM_NAMES] + [f"base URL {u}" for u in urls if u]
+    real = [f"model {m!r}" for m in models if m and m not in sim_names()] + [f"base URL {u}" for u in urls if u]
     if config.backend != "sim" or not real:
         return config
     chosen = "backend" in overrides or base is not None or bool(
@@ -142,6 +149,8 @@ def config_with_backend(config_file: str | None, overrides: dict[str, Any], *, b
 
 def train_and_report(trainer, as_json: bool = False) -> None:
     """Train (or resume) and print the summary; Ctrl-C leaves a resumable run."""
+    from skillstate.cli.render import summary_text
+
     try:
         result = trainer.train()
     except KeyboardInterrupt:
@@ -181,7 +190,10 @@ def resume(run_id, max_cost_usd, assignments, quiet, as_json, db) -> None:
         skillstate resume --max-cost-usd 5     # after a stop at the cost budget
         skillstate resume --set stop_after_no_improvement=6   # after a stop condition
     """
+    from skillstate.cli.render import printer
+    from skillstate.config import build_config
     from skillstate.engine.runner import load_run
+    from skillstate.store import open_store
     from skillstate.trainer import Trainer
 
     store = open_store(db, create=False, write=True)
@@ -220,7 +232,9 @@ def fork(args, lr, edit_budget, epochs, assignments, max_cost_usd, new_run_id, n
         skillstate fork my-run 5 --edit-budget 2 --set gate_metric=mixed --run-id my-run-b
         skillstate fork step_6 --set update_mode=rewrite
     """
+    from skillstate.cli.render import printer
     from skillstate.engine.runner import fork_run
+    from skillstate.store import open_store
     from skillstate.trainer import Trainer
 
     if len(positional(args)) > 2:

@@ -1,10 +1,33 @@
 """skillstate: SkillOpt as an event-sourced state machine over a SQL log."""
 
-__version__ = "0.2.0"
+import importlib as _importlib
+import typing as _typing
 
-from skillstate.config import SkillConfig, build_config  # noqa: E402
-from skillstate.store import Store, open_store  # noqa: E402
-from skillstate.trainer import RunResult, Trainer, evaluate_skill  # noqa: E402
+__version__ = "0.2.0"
 
 __all__ = ["RunResult", "SkillConfig", "Store", "Trainer", "build_config", "evaluate_skill", "open_store",
            "__version__"]
+
+# The public names load on first use (PEP 562): `import skillstate.cli`, and so
+# `skillstate --help`, then loads neither SQLAlchemy, pydantic nor the engine.
+_LAZY = {"SkillConfig": "skillstate.config", "build_config": "skillstate.config", "Store": "skillstate.store",
+         "open_store": "skillstate.store", "RunResult": "skillstate.trainer", "Trainer": "skillstate.trainer",
+         "evaluate_skill": "skillstate.trainer"}
+
+if _typing.TYPE_CHECKING:
+    from skillstate.config import SkillConfig, build_config
+    from skillstate.store import Store, open_store
+    from skillstate.trainer import RunResult, Trainer, evaluate_skill
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'skillstate' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

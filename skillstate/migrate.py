@@ -10,6 +10,7 @@ with one line naming the problem, and nothing is written.
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 from collections.abc import Callable
@@ -38,11 +39,10 @@ class DatabaseProblem(UserError):
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
-    # ignore: setuptools maps skillstate.migrations to migrations/, which mypy cannot see (pyproject [tool.mypy])
-    from skillstate import migrations  # type: ignore[attr-defined]
-
+    # by name: setuptools maps skillstate.migrations to migrations/, which mypy cannot see (pyproject [tool.mypy])
+    migrations = importlib.import_module("skillstate.migrations")
     cfg = Config()
-    cfg.set_main_option("script_location", str(Path(migrations.__file__).parent).replace("%", "%%"))
+    cfg.set_main_option("script_location", str(Path(str(migrations.__file__)).parent).replace("%", "%%"))
     cfg.attributes["connection"] = connection
     return cfg
 

@@ -14,11 +14,13 @@ import json
 import os
 import threading
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-from sqlalchemy import Table, create_engine, event, func, insert, select
+from sqlalchemy import Table, bindparam, create_engine, event, func, insert, select
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
@@ -26,9 +28,8 @@ from skillstate.errors import ConcurrencyError, NotFoundError, UserError
 from skillstate.events import Event, decode, encode
 from skillstate.migrate import may_switch_to_wal, raise_if_damaged, require_database_file, switch_to_wal
 from skillstate.schema import blobs, events, llm_calls, metadata, run_leases, runs  # noqa: F401  (re-exported)
-from skillstate.util import canonical_json, check_run_id, sha256_text
+from skillstate.util import DEFAULT_DB, canonical_json, check_run_id, sha256_text
 
-DEFAULT_DB = "sqlite:///skillstate.db"
 GENESIS = "0" * 64
 
 
@@ -48,11 +49,13 @@ class StoredEvent:
     created_at: dt.datetime | None
     mac: str | None = None
 
-    @property
+    # Decoded once: the chain check, the fold and the readers all ask for it (an
+    # event is immutable, and so is the stored row it is decoded from).
+    @cached_property
     def event(self) -> Event:
         return decode(self.type, self.version, json.loads(self.payload))
 
-    @property
+    @cached_property
     def step(self) -> int | None:
         """The step the event belongs to, if any (read without decoding the event)."""
         return json.loads(self.payload).get("step")
@@ -74,6 +77,44 @@ class CallRow:
     error: str | None
     prompt_tokens: int
     completion_tokens: int
+
+
+# The statements of the hot paths, built once: building a SQLAlchemy statement
+# and its cache key costs more than SQLite takes to run it. Values are bound
+# at execution, so the SQL sent is the same as a statement built per call.
+_CALL_COLUMNS = (llm_calls.c.request_hash, llm_calls.c.response, llm_calls.c.error, llm_calls.c.prompt_tokens,
+                 llm_calls.c.completion_tokens)
+_CALL_BY_HASH = select(*_CALL_COLUMNS).where(llm_calls.c.request_hash == bindparam("request_hash"))
+_CALL_IN_RUNS = _CALL_BY_HASH.where(llm_calls.c.run_id.in_(bindparam("run_ids", expanding=True)))
+_FIRST_OK = {scoped: query.where(llm_calls.c.ok.is_(True)).order_by(llm_calls.c.id).limit(1)
+             for scoped, query in ((False, _CALL_BY_HASH), (True, _CALL_IN_RUNS))}
+_AS_OF = {scoped: query.where(llm_calls.c.created_at <= bindparam("as_of")).order_by(llm_calls.c.id)
+          for scoped, query in ((False, _CALL_BY_HASH), (True, _CALL_IN_RUNS))}
+_INSERT_CALL = insert(llm_calls)
+_INSERT_EVENTS = insert(events)
+_BLOBS_IN = select(blobs.c.hash, blobs.c.data).where(blobs.c.hash.in_(bindparam("hashes", expanding=True)))
+_BLOB_HASHES_IN = select(blobs.c.hash).where(blobs.c.hash.in_(bindparam("hashes", expanding=True)))
+_EVENTS_OF_RUN = (select(events.c.run_id, events.c.seq, events.c.type, events.c.version, events.c.payload,
+                         events.c.prev_hash, events.c.hash, events.c.created_at, events.c.mac)
+                  .where(events.c.run_id == bindparam("run_id")).order_by(events.c.seq))
+_RUN_BY_ID = select(runs).where(runs.c.run_id == bindparam("run_id"))
+
+# Blob texts this process wrote or read, by hash (content-addressed, so never
+# stale), up to this many characters: the engine reads back what the stage
+# before wrote (trajectories, skills) without a query. `get_blobs`, which
+# audit uses, always reads the database.
+BLOB_CACHE_CHARS = 16 * 2**20
+
+
+class _PendingCall:
+    """A call row waiting for its batch to be committed."""
+
+    __slots__ = ("row", "done", "error")
+
+    def __init__(self, row: dict[str, Any]):
+        self.row = row
+        self.done = False
+        self.error: Exception | None = None
 
 
 def _call_row(row: Any) -> CallRow | None:
@@ -164,6 +205,12 @@ class Store:
         self.url = url
         self.engine = make_engine(url)
         self._write_lock = threading.Lock()
+        self._calls_cond = threading.Condition()
+        self._calls_pending: list[_PendingCall] = []
+        self._calls_writing = False
+        self._blob_cache: OrderedDict[str, str] = OrderedDict()
+        self._blob_cache_chars = 0
+        self._blob_cache_lock = threading.Lock()
         self.audit_key = audit_key()
         if upgrade:
             from skillstate.migrate import ensure_schema
@@ -191,7 +238,7 @@ class Store:
 
     def get_run(self, run_id: str) -> RunRow | None:
         with self.engine.connect() as conn:
-            row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+            row = conn.execute(_RUN_BY_ID, {"run_id": run_id}).first()
         return RunRow(**row._mapping) if row else None
 
     def require_run(self, run_id: str | None) -> RunRow:
@@ -227,11 +274,7 @@ class Store:
 
     def read_events(self, run_id: str) -> list[StoredEvent]:
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(events.c.run_id, events.c.seq, events.c.type, events.c.version, events.c.payload,
-                       events.c.prev_hash, events.c.hash, events.c.created_at, events.c.mac)
-                .where(events.c.run_id == run_id).order_by(events.c.seq)
-            ).all()
+            rows = conn.execute(_EVENTS_OF_RUN, {"run_id": run_id}).all()
         return [StoredEvent(*r) for r in rows]
 
     def append(self, run_id: str, new_events: Iterable[Event], *, last_seq: int, last_hash: str,
@@ -265,7 +308,7 @@ class Store:
                         conn.execute(insert(runs).values(run_id=run_id, created_at=now, **new_run))
                     if blobs_to_put:
                         self._put_blobs(conn, blobs_to_put)
-                    conn.execute(insert(events), [
+                    conn.execute(_INSERT_EVENTS, [
                         dict(run_id=s.run_id, seq=s.seq, type=s.type, version=s.version, payload=s.payload,
                              prev_hash=s.prev_hash, hash=s.hash, created_at=s.created_at, mac=s.mac)
                         for s in stored
@@ -280,6 +323,8 @@ class Store:
                         "reload the run and try again"
                     ) from None
                 raise
+        if blobs_to_put:
+            self._remember_blobs(blobs_to_put)  # committed: now they are the database's
         return stored
 
     def last_seq(self, run_id: str) -> int:
@@ -295,7 +340,7 @@ class Store:
         existing: set[str] = set()
         for i in range(0, len(hashes), 500):
             chunk = hashes[i : i + 500]
-            existing.update(r[0] for r in conn.execute(select(blobs.c.hash).where(blobs.c.hash.in_(chunk))))
+            existing.update(r[0] for r in conn.execute(_BLOB_HASHES_IN, {"hashes": chunk}))
         # in hash order: two writers of the same new blobs then wait on each other in one order, never deadlock
         rows = [dict(hash=h, size=len(t), data=_compress(t)) for h, t in sorted(items.items()) if h not in existing]
         if rows:
@@ -306,25 +351,46 @@ class Store:
             return
         with self._write_lock, self.engine.begin() as conn:
             self._put_blobs(conn, items)
+        self._remember_blobs(items)
 
     def put_blob(self, text: str) -> str:
         h = sha256_text(text)
         self.put_blobs({h: text})
         return h
 
+    def _remember_blobs(self, items: dict[str, str]) -> None:
+        with self._blob_cache_lock:
+            cache = self._blob_cache
+            for h, text in items.items():
+                if len(text) > BLOB_CACHE_CHARS // 4:
+                    continue
+                if h in cache:
+                    cache.move_to_end(h)
+                    continue
+                cache[h] = text
+                self._blob_cache_chars += len(text)
+            while self._blob_cache_chars > BLOB_CACHE_CHARS:
+                _, old = cache.popitem(last=False)
+                self._blob_cache_chars -= len(old)
+
     def get_blob(self, blob_hash: str) -> str:
+        with self._blob_cache_lock:
+            text = self._blob_cache.get(blob_hash)
+        if text is not None:
+            return text
         text = self.find_blob(blob_hash)
         if text is None:
             raise NotFoundError(f"blob {blob_hash[:12]} is missing from the database")
+        self._remember_blobs({blob_hash: text})
         return text
 
     def get_blobs(self, hashes: list[str]) -> dict[str, str]:
-        """The texts of the blobs that exist among `hashes`."""
+        """The texts of the blobs that exist among `hashes` (always read from the database)."""
         out: dict[str, str] = {}
         with self.engine.connect() as conn:
             for i in range(0, len(hashes), 500):
                 chunk = hashes[i : i + 500]
-                for h, data in conn.execute(select(blobs.c.hash, blobs.c.data).where(blobs.c.hash.in_(chunk))):
+                for h, data in conn.execute(_BLOBS_IN, {"hashes": chunk}):
                     out[h] = zlib.decompress(data).decode("utf-8")
         return out
 
@@ -341,31 +407,71 @@ class Store:
         the request's latest call recorded by then decides whether it had
         failed (that error) or succeeded (the first successful call, which is
         what was served)."""
-        query = select(llm_calls.c.request_hash, llm_calls.c.response, llm_calls.c.error,
-                       llm_calls.c.prompt_tokens, llm_calls.c.completion_tokens).where(
-            llm_calls.c.request_hash == request_hash)
-        if run_ids is not None:
-            query = query.where(llm_calls.c.run_id.in_(run_ids))
+        params: dict[str, Any] = {"request_hash": request_hash}
+        scoped = run_ids is not None
+        if scoped:
+            params["run_ids"] = list(run_ids or ())
         if as_of is None:
-            query = query.where(llm_calls.c.ok.is_(True)).order_by(llm_calls.c.id).limit(1)
             with self.engine.connect() as conn:
-                return _call_row(conn.execute(query).first())
+                return _call_row(conn.execute(_FIRST_OK[scoped], params).first())
+        params["as_of"] = as_of
         with self.engine.connect() as conn:  # one query: a request has few rows
-            rows = conn.execute(query.where(llm_calls.c.created_at <= as_of).order_by(llm_calls.c.id)).all()
+            rows = conn.execute(_AS_OF[scoped], params).all()
         if not rows or rows[-1][2] is not None:
             return _call_row(rows[-1] if rows else None)
         return _call_row(next(r for r in rows if r[2] is None))
 
-    def record_call(self, *, run_id: str, role: str, request_hash: str, model: str, request: dict[str, Any],
+    def record_call(self, *, run_id: str, role: str, request_hash: str, model: str, request: dict[str, Any] | str,
                     response: dict[str, Any] | None, prompt_tokens: int, completion_tokens: int,
                     latency_ms: float, error: str | None) -> None:
-        with self._write_lock, self.engine.begin() as conn:
-            conn.execute(insert(llm_calls).values(
-                run_id=run_id, role=role, request_hash=request_hash, model=model,
-                request=canonical_json(request), response=canonical_json(response) if response is not None else None,
-                prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_ms=latency_ms,
-                error=error, ok=error is None, created_at=_now(),
-            ))
+        """Journal one call. `request` is the request, or its canonical JSON
+        when the caller already has it (the text its hash was taken of)."""
+        row: dict[str, Any] = dict(
+            run_id=run_id, role=role, request_hash=request_hash, model=model,
+            request=request if isinstance(request, str) else canonical_json(request),
+            response=canonical_json(response) if response is not None else None,
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_ms=latency_ms,
+            error=error, ok=error is None)
+        pending = _PendingCall(row)
+        with self._calls_cond:
+            row["created_at"] = _now()  # in the order of the ids the rows get, as when each was its own insert
+            self._calls_pending.append(pending)
+            while not pending.done:
+                if not self._calls_writing:  # no batch in flight: write all that is queued, this call's row too
+                    self._calls_writing = True
+                    batch, self._calls_pending = self._calls_pending, []
+                    break
+                self._calls_cond.wait()
+            else:
+                if pending.error is not None:
+                    raise pending.error
+                return
+        self._write_calls(batch, pending)
+
+    def _write_calls(self, batch: list[_PendingCall], mine: _PendingCall) -> None:
+        """Group commit: the calls recorded while the previous batch was being
+        written go in one transaction. Every caller returns only once its row
+        is committed (a resumed run is served every call that returned); the
+        callers of a batch that failed all raise its error."""
+        error: Exception | None = None
+        try:
+            with self._write_lock, self.engine.begin() as conn:
+                conn.execute(_INSERT_CALL, [p.row for p in batch])
+        except Exception as err:
+            error = err
+        except BaseException:  # interrupted, nothing written: the other callers write their rows themselves
+            with self._calls_cond:
+                self._calls_pending[:0] = [p for p in batch if p is not mine]
+                self._calls_writing = False
+                self._calls_cond.notify_all()
+            raise
+        with self._calls_cond:
+            for p in batch:
+                p.done, p.error = True, error
+            self._calls_writing = False
+            self._calls_cond.notify_all()
+        if error is not None:
+            raise error
 
     def read_calls(self, run_id: str) -> list[CallRecord]:
         """The calls a run sent, in the order they were recorded."""

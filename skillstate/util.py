@@ -10,6 +10,10 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+# The database when none is named (here, not in the store, so that the CLI can
+# show it in --help without importing SQLAlchemy).
+DEFAULT_DB = "sqlite:///skillstate.db"
+
 
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no insignificant whitespace: the hashed form."""

@@ -99,12 +99,12 @@ def load_run(store: Store, run_id: str | None) -> LoadedRun:
         raise
     except Exception as err:  # an unreadable RunForked
         raise CorruptLogError(f"run {row.run_id}: the fork's first event cannot be read: {err}") from None
-    _, problem = check_chain(lineage, key=store.audit_key)
+    decoded, problem = check_chain(lineage, key=store.audit_key)
     if problem:
         raise CorruptLogError(f"{problem}; the log of run {row.run_id} is damaged and nothing was done")
     own = [s for s in lineage if s.run_id == row.run_id]
     try:
-        state = state_of(lineage)
+        state = fold(decoded)  # the events the chain check decoded, not decoded again
     except Exception as err:
         raise CorruptLogError(f"run {row.run_id}: the log cannot be folded: {err}") from None
     return LoadedRun(row.run_id, lineage, own, state)

@@ -20,6 +20,7 @@ from skillstate.events import CallRef
 from skillstate.llm.base import CallFailed, CallResult, ChatRequest, ChatResponse, FatalLLMError, LLMClient
 from skillstate.llm.health import CallHealth
 from skillstate.store import Store
+from skillstate.util import canonical_json, sha256_text
 
 
 class RecordingClient:
@@ -36,6 +37,7 @@ class RecordingClient:
         self.sent = 0
         self.served = 0
         self._inflight: dict[str, threading.Event] = {}  # request hash -> set when its sender is done
+        self._finished: dict[str, int] = {}  # request hash -> how many of its sends here have been recorded
         self._inflight_lock = threading.Lock()
 
     def complete(self, request: ChatRequest) -> CallResult:
@@ -43,10 +45,13 @@ class RecordingClient:
         flight on another thread (two episodes that start alike, say) waits
         for that reply and is served it from the table, so every caller sees
         the one reply that resume and verify will serve."""
-        h = request.hash
         if self.backend is None:
             return self._verify(request)
+        # the request's canonical JSON, made once: its hash (`request.hash`) and the text journaled
+        body = canonical_json(request.to_dict())
+        h = sha256_text(body)
         while True:
+            finished = self._finished.get(h, 0)
             served = self._serve(h)
             if served is not None:
                 return served
@@ -54,14 +59,17 @@ class RecordingClient:
                 waiting = self._inflight.get(h)
                 if waiting is None:
                     mine = self._inflight[h] = threading.Event()
+                    # another thread's send of it was recorded between the check and the claim
+                    recorded_since = self._finished.get(h, 0) != finished
             if waiting is None:
                 break
             waiting.wait()  # then served; if that call failed, this caller tries itself
         try:
-            served = self._serve(h)  # recorded between the check and the claim
-            return served if served is not None else self._send(request, h)
+            served = self._serve(h) if recorded_since else None
+            return served if served is not None else self._send(request, h, body)
         finally:
             with self._inflight_lock:
+                self._finished[h] = self._finished.get(h, 0) + 1
                 del self._inflight[h]
             mine.set()
 
@@ -75,7 +83,7 @@ class RecordingClient:
         return CallResult(self._ref(h, recorded), text=recorded.text, cached=True,
                           truncated=recorded.finish_reason == "length", tool_calls=recorded.tool_calls)
 
-    def _send(self, request: ChatRequest, h: str) -> CallResult:
+    def _send(self, request: ChatRequest, h: str, body: str) -> CallResult:
         assert self.backend is not None  # complete() verifies when there is no backend
         self.health.check()
         if self.budget is not None:
@@ -95,7 +103,7 @@ class RecordingClient:
         latency = (time.perf_counter() - start) * 1000
         pt, ct = (resp.prompt_tokens, resp.completion_tokens) if resp is not None else (0, 0)
         self.store.record_call(run_id=self.run_id, role=self.role, request_hash=h, model=request.model,
-                               request=request.to_dict(), response=resp.to_dict() if resp is not None else None,
+                               request=body, response=resp.to_dict() if resp is not None else None,
                                prompt_tokens=pt, completion_tokens=ct, latency_ms=latency, error=error)
         self.sent += 1
         if self.budget is not None and resp is not None:
@@ -106,6 +114,15 @@ class RecordingClient:
         reply = cast(ChatResponse, resp)  # error is None only after a reply: every failure above sets it
         return CallResult(self._ref(h, reply), text=reply.text, truncated=reply.finish_reason == "length",
                           tool_calls=reply.tool_calls)
+
+    def sibling(self, health: CallHealth) -> RecordingClient:
+        """A client for work done ahead of time: the same backend, journal,
+        budget and in-flight requests (so a request is still sent at most
+        once at a time), with its own circuit-breaker counts."""
+        other = RecordingClient(self.backend, self.store, run_id=self.run_id, role=self.role, run_ids=self.run_ids,
+                                before=self.before, budget=self.budget, health=health)
+        other._inflight, other._finished, other._inflight_lock = self._inflight, self._finished, self._inflight_lock
+        return other
 
     def unusable(self, request: ChatRequest, resp: ChatResponse) -> str | None:
         """Why a well-formed reply is still a failed call, if it is. An empty
