@@ -238,6 +238,10 @@ def summary_text(s: dict[str, Any], width: int | None = None) -> str:
         lines.extend(task_type_lines(test["baseline"]["by_task_type"], test["best"]["by_task_type"], width))
     lines.append("")
     lines.extend(usage_lines(s["usage"], width))
+    unused = sum(u.get("unused", 0) for u in s["usage"].values())
+    if unused:
+        lines.extend(wrapped(f"{unused} sent call{'s' * (unused != 1)} went unused (rollouts done ahead that the "
+                             "gate made obsolete, calls in flight at an early reject)", width))
     if s.get("cost"):
         lines.append("")
         lines.extend(cost_lines(s["cost"], width))
@@ -246,8 +250,9 @@ def summary_text(s: dict[str, Any], width: int | None = None) -> str:
 
 
 def usage_lines(usage: dict[str, Any], width: int | None = None) -> list[str]:
-    rows = [[role, u["calls"], max(u["calls"] - u["sent"], 0), _n(u["prompt_tokens"]), _n(u["completion_tokens"])]
-            for role, u in usage.items()]
+    # served from the log: the calls the events count, less the sent ones they use
+    rows = [[role, u["calls"], max(u["calls"] - (u["sent"] - u.get("unused", 0)), 0), _n(u["prompt_tokens"]),
+             _n(u["completion_tokens"])] for role, u in usage.items()]
     return table_lines([Col("LLM calls", shrink=True), *(Col(h, num=True) for h in
                         ("calls", "from log", "prompt tok", "completion tok"))], rows, width)
 

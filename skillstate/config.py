@@ -135,6 +135,12 @@ class SkillConfig(BaseModel):
     early_reject_slow_update: bool = Field(
         True, description="With early_reject, also stop scoring a gated slow update (slow_update_gate) once it "
                           "cannot beat the current score.")
+    overlap_start: bool = Field(
+        True, description="While the baseline is scored, roll out the first step's batch and score the initial skill "
+                          "on test too (each is needed later; it is served from the call table then).")
+    speculative_rollout: bool = Field(
+        False, description="While a step's later stages run, roll out the next step's batch under the current skill; "
+                           "an accepted candidate makes those calls unused (the summary counts them).")
     semantic_density_weight: float = Field(
         0.0, ge=0.0, description="Gate bonus per unit share of skill lines led by MUST/ALWAYS/NEVER-style words.")
 
@@ -229,6 +235,7 @@ class SkillConfig(BaseModel):
 RUNTIME_KEYS = {
     "concurrency", "max_cost_usd", "prices", "max_consecutive_failures", "max_stage_failure_share",
     "stop_after_no_improvement", "target_score", "max_wall_seconds", "stop_file",
+    "overlap_start", "speculative_rollout",
     "optimizer.base_url", "optimizer.api_key_env", "optimizer.timeout", "optimizer.max_retries",
     "optimizer.azure", "optimizer.api_version",
     "target.base_url", "target.api_key_env", "target.timeout", "target.max_retries",

@@ -46,18 +46,36 @@ def _blob_refs(results: list[dict[str, Any]]) -> Iterator[CallRef]:
                 yield CallRef.model_validate(call)
 
 
-def failed_calls(store: Store, own: list[StoredEvent]) -> dict[str, Any]:
-    """{"calls", "failed", "by_stage": {stage: {role: {"calls", "failed", "common", "common_count"}}}}."""
+def event_call_refs(store: Store, own: list[StoredEvent]) -> Iterator[tuple[Event, list[CallRef]]]:
+    """Each event with every call it depended on, those in its results blob included."""
     decoded: list[Event] = [s.event for s in own]
     blob_hashes = [r for ev in decoded if isinstance(r := getattr(ev, "results", None), str)]
     blobs = store.get_blobs(blob_hashes) if blob_hashes else {}
-    calls: dict[tuple[str, str], int] = defaultdict(int)
-    errors: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     for ev in decoded:
         refs = list(call_refs(ev))
         results = getattr(ev, "results", None)
         if isinstance(results, str) and results in blobs:
             refs.extend(_blob_refs(json.loads(blobs[results])))
+        yield ev, refs
+
+
+def unused_calls(store: Store, run_id: str, own: list[StoredEvent]) -> dict[str, int]:
+    """Per role, the calls this run sent that none of its events depends on:
+    work done ahead that the gate made obsolete (`speculative_rollout`), and
+    calls in flight when an early reject became certain."""
+    used = {ref.request_hash for _, refs in event_call_refs(store, own) for ref in refs}
+    out: dict[str, int] = {}
+    for call in store.read_calls(run_id):
+        if call.request_hash not in used:
+            out[call.role] = out.get(call.role, 0) + 1
+    return out
+
+
+def failed_calls(store: Store, own: list[StoredEvent]) -> dict[str, Any]:
+    """{"calls", "failed", "by_stage": {stage: {role: {"calls", "failed", "common", "common_count"}}}}."""
+    calls: dict[tuple[str, str], int] = defaultdict(int)
+    errors: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    for ev, refs in event_call_refs(store, own):
         stage = stage_of(ev)
         for ref in refs:
             calls[(stage, ref.role)] += 1

@@ -13,7 +13,7 @@ from skillstate.config import SIM_MODELS
 from skillstate.engine.runner import LoadedRun, load_run, roles_of
 from skillstate.errors import NotFoundError
 from skillstate.events import Usage
-from skillstate.failures import failed_calls
+from skillstate.failures import failed_calls, unused_calls
 from skillstate.pricing import cost_usd, price_for, sent_cost
 from skillstate.reducer import RunState, StepRecord, need, usage_totals
 from skillstate.store import Store
@@ -107,11 +107,12 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
     for role, _model, calls, pt, ct in sent_rows:
         paid[role] = paid.get(role, Usage()) + Usage(calls=calls, prompt_tokens=pt, completion_tokens=ct)
     usage = {}
+    unused = unused_calls(store, loaded.run_id, loaded.own)
     for role in sorted(set(own.usage) | set(paid)):
         logical, sent = own.usage.get(role, Usage()), paid.get(role, Usage())
         usage[role] = {
             "calls": logical.calls, "prompt_tokens": logical.prompt_tokens,
-            "completion_tokens": logical.completion_tokens, "sent": sent.calls,
+            "completion_tokens": logical.completion_tokens, "sent": sent.calls, "unused": unused.get(role, 0),
             "sent_prompt_tokens": sent.prompt_tokens, "sent_completion_tokens": sent.completion_tokens,
         }
     tests = {label: {"split": ev.split, "hard": ev.scores.hard, "soft": ev.scores.soft, "n": ev.scores.n,

@@ -203,9 +203,11 @@ def crashing_factory(after_calls: int):
 
 
 def logical_usage(summary: dict) -> dict:
-    """The calls and tokens the run's events count (what `sent` adds depends on
-    timing: an early reject lets the calls in flight finish)."""
-    return {role: {k: v for k, v in u.items() if not k.startswith("sent")} for role, u in summary["usage"].items()}
+    """The calls and tokens the run's events count (what `sent` and `unused`
+    add depends on timing: an early reject lets the calls in flight finish,
+    and work done ahead may or may not be used)."""
+    return {role: {k: v for k, v in u.items() if not k.startswith("sent") and k != "unused"}
+            for role, u in summary["usage"].items()}
 
 
 def assert_paid_once(store, run_id: str) -> None:

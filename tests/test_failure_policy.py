@@ -119,11 +119,13 @@ def invoke(args: list[str]):
 
 
 def run_args(server: SimServer | str, db: str, *extra: str) -> list[str]:
-    """`skillstate run` against `server` (or a base URL): examples/qa, batch 12, one epoch (3 steps)."""
+    """`skillstate run` against `server` (or a base URL): examples/qa, batch 12, one epoch (3 steps). The
+    faults here pick requests by their order, so no work is done ahead (it would interleave with the baseline's;
+    test_work_ahead covers failures with it on)."""
     base_url = server if isinstance(server, str) else server.base_url
     return ["run", "--backend", "openai", "--target-model", TARGET, "--optimizer-model", OPTIMIZER,
             "--base-url", base_url, "--data", str(EXAMPLES / "qa"), "--batch-size", "12", "--epochs", "1",
-            "--run-id", RUN, "--db", db, *extra]
+            "--run-id", RUN, "--db", db, "--set", "overlap_start=false", *extra]
 
 
 def db_url(tmp_path, name: str = "f") -> str:

@@ -3,6 +3,7 @@ the recording LLM clients, the blob buffer, the event log and a worker pool."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -12,6 +13,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic import BaseModel
 
 from skillstate.config import SkillConfig
+from skillstate.engine.lanes import FOREGROUND, Slots
 from skillstate.engine.parsing import response_format
 from skillstate.envs.base import SkillEnv
 from skillstate.events import Event
@@ -66,7 +68,7 @@ class StoreLog:
 class RunContext:
     def __init__(self, *, store: Store, run_id: str, config: SkillConfig, env: SkillEnv, prompts: dict[str, str],
                  clients: dict[str, RecordingClient], log: RunLog, on_progress: ProgressCallback | None = None,
-                 health: CallHealth | None = None):
+                 health: CallHealth | None = None, background_clients: dict[str, RecordingClient] | None = None):
         self.store = store
         self.run_id = run_id
         self.config = config
@@ -76,17 +78,26 @@ class RunContext:
         self.log = log
         self.on_progress = on_progress
         self.health = health or CallHealth(0, 1.0)
+        self.background_clients = background_clients or {}
         self._blobs: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._slots = Slots(config.concurrency)
         self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="skillstate")
+        self._ahead = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="skillstate-ahead")
+        self._local = threading.local()
+        self._fetched: dict[tuple[str, ...], Future[None]] = {}
+        self._dropped: set[tuple[str, ...]] = set()
 
     def close(self) -> None:
+        self._ahead.shutdown(wait=True, cancel_futures=True)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     # -- blobs --------------------------------------------------------------
 
     def put_blob(self, text: str) -> str:
         h = sha256_text(text)
+        if self.in_background:  # work done ahead keeps nothing but its calls
+            return h
         with self._lock:
             self._blobs[h] = text
         return h
@@ -108,7 +119,9 @@ class RunContext:
         cfg = getattr(self.config, role)
         request = ChatRequest.build(self.config.backend, self.config.model_for(role), messages,
                                     cfg.temperature, cfg.max_tokens, response_format, tools)
-        return self.clients[role].complete(request)
+        if self.in_background:
+            return self.background_clients[role].complete(request)
+        return self._foreground(self.clients[role].complete, request)  # holds a slot unless its task does
 
     def optimizer(self, user: str, reply: type[BaseModel] | None = None) -> CallResult:
         """One optimizer call; `reply` is the shape the prompt asks for (sent as
@@ -121,12 +134,63 @@ class RunContext:
         """Run `fn` over items concurrently (up to `concurrency`), results in input order."""
         items = list(items)
         if len(items) <= 1:
-            return [fn(item) for item in items]
-        return list(self._pool.map(fn, items))
+            return [self._foreground(fn, item) for item in items]
+        with self.burst(len(items)):
+            return list(self._pool.map(lambda item: self._foreground(fn, item), items))
+
+    def burst(self, n: int) -> contextlib.AbstractContextManager[None]:
+        """Mark foreground work of `n` tasks: from `concurrency` tasks on, no speculative work starts meanwhile."""
+        return self._slots.burst() if n >= self.config.concurrency else contextlib.nullcontext()
 
     def submit(self, fn: Callable[..., R], *args: Any) -> Future[R]:
         """Run `fn(*args)` on the worker pool (the caller keeps at most `concurrency` in flight)."""
-        return self._pool.submit(fn, *args)
+        return self._pool.submit(self._foreground, fn, *args)
+
+    def _foreground(self, fn: Callable[..., R], *args: Any) -> R:
+        if getattr(self._local, "held", False):  # already holding a slot (work nested in a task)
+            return fn(*args)
+        with self._slots.hold(FOREGROUND):
+            self._local.held = True
+            try:
+                return fn(*args)
+            finally:
+                self._local.held = False
+
+    # -- work done ahead ------------------------------------------------------
+
+    @property
+    def in_background(self) -> bool:
+        return getattr(self._local, "background", False)
+
+    def fetch_ahead(self, lane: str, key: tuple[str, ...], fn: Callable[..., Any], *args: Any) -> bool:
+        """Run `fn(*args)` in a background `lane` (CERTAIN or SPECULATIVE),
+        once per `key`, for its calls only: its result and any error are
+        dropped (the stage that needs the work does it again, served from
+        the call table). False when there is no background lane (verify) or
+        `key` was fetched."""
+        if not self.background_clients or key in self._fetched:
+            return False
+        self._fetched[key] = self._ahead.submit(self._background, lane, key, fn, *args)
+        return True
+
+    def cancel_ahead(self, obsolete: Callable[[tuple[str, ...]], bool]) -> None:
+        """Drop the background work whose key is `obsolete` and that has not
+        started (work already sending its calls finishes)."""
+        for key, future in self._fetched.items():
+            if obsolete(key) and not future.cancel():
+                self._dropped.add(key)  # on a thread but still waiting for a slot: it returns at once
+
+    def _background(self, lane: str, key: tuple[str, ...], fn: Callable[..., Any], *args: Any) -> None:
+        with self._slots.hold(lane):
+            if key in self._dropped:
+                return
+            self._local.background = True
+            try:
+                fn(*args)
+            except Exception:  # noqa: S110  (dropped: the stage that needs this work meets any error itself)
+                pass
+            finally:
+                self._local.background = False
 
     @property
     def verifying(self) -> bool:

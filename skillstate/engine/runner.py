@@ -12,7 +12,7 @@ from collections.abc import Callable
 from sqlalchemy.exc import SQLAlchemyError
 
 from skillstate.config import RUNTIME_KEYS, SkillConfig, redact, validate_config
-from skillstate.engine import epoch, reflect, stages, update
+from skillstate.engine import ahead, epoch, reflect, stages, update
 from skillstate.engine.context import ProgressCallback, RunContext, RunLog, StoreLog
 from skillstate.engine.create import (  # noqa: F401  (re-exported)
     FIXED_ON_FORK,
@@ -40,7 +40,7 @@ from skillstate.errors import BudgetStop, EnvFailure, EnvStop, LLMStop, StorageS
 from skillstate.events import Event
 from skillstate.lease import RunLease
 from skillstate.llm.base import CircuitOpen, FatalLLMError, LLMClient
-from skillstate.llm.health import CallHealth
+from skillstate.llm.health import AheadHealth, CallHealth
 from skillstate.llm.recording import RecordingClient
 from skillstate.pricing import Budget, BudgetExhausted, price_for, sent_cost
 from skillstate.reducer import RunState, reduce
@@ -125,6 +125,8 @@ def drive(ctx: RunContext, state: RunState, before_stage: Callable[[str], None] 
         if before_stage is not None:
             before_stage(name)
         stop = stops(state, name) if stops is not None else None
+        if stop is None:
+            ahead.fetch(ctx, state, name)
         if stop is not None:
             if halt and already_stopped(state, stop):
                 return state
@@ -184,8 +186,10 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
         backend = None if verifying else factory(config, env, role)
         clients[role] = RecordingClient(backend, store, run_id=run_id, role=role, run_ids=scope,
                                         before=verify_until, budget=budget, health=health)
+    ahead = {} if verifying else {  # work done ahead of time: own breaker counts, same journal
+        role: client.sibling(AheadHealth(health)) for role, client in clients.items()}
     ctx = RunContext(store=store, run_id=run_id, config=config, env=env, prompts=prompts, clients=clients,
-                     log=log, on_progress=on_progress, health=health)
+                     log=log, on_progress=on_progress, health=health, background_clients=ahead)
     models: dict[str, list[str]] = {}  # one warning per model, whatever roles share it
     for role in roles_of(state.kind):
         models.setdefault(config.model_for(role), []).append(role)

@@ -123,13 +123,21 @@ def baseline(ctx: RunContext, state: RunState) -> list[Event]:
     return [BaselineEvaluated(split=split, skill=skill, scores=scores, results=blob, usage_by_role=usage)]
 
 
-def start_step(ctx: RunContext, state: RunState) -> list[Event]:
+def step_batches(ctx: RunContext, state: RunState, step: int) -> list[list[str]]:
+    """The train item ids of `step`, one list per sub-batch (the seeded shuffle of its epoch)."""
     cfg = ctx.config
-    step = state.last_completed_step + 1
     epoch, index = position(step, state.steps_per_epoch)
     train_ids = [item["id"] for item in ctx.env.items(cfg.train_split)]
     k = cfg.accumulation
-    batches = epoch_batches(train_ids, cfg.seed, epoch, cfg.batch_size, k)[(index - 1) * k: index * k]
+    return epoch_batches(train_ids, cfg.seed, epoch, cfg.batch_size, k)[(index - 1) * k: index * k]
+
+
+def start_step(ctx: RunContext, state: RunState) -> list[Event]:
+    cfg = ctx.config
+    step = state.last_completed_step + 1
+    epoch, _ = position(step, state.steps_per_epoch)
+    k = cfg.accumulation
+    batches = step_batches(ctx, state, step)
     budget = edit_budget(step, state.total_steps, cfg.edit_budget, cfg.min_edit_budget, cfg.lr_scheduler)
     return [StepStarted(step=step, epoch=epoch, batch_item_ids=[i for b in batches for i in b], edit_budget=budget,
                         sub_batches=batches if k > 1 else [])]
@@ -189,19 +197,20 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
     pending: dict[Future[ItemResult], int] = {}
     sent = done = 0
     stop: tuple[int, float] | None = None
-    while (sent < n and stop is None) or pending:
-        while sent < n and stop is None and len(pending) < width:
-            pending[ctx.submit(rollout_one, ctx, skill, order[sent])] = sent
-            sent += 1
-        finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-        for future in finished:
-            results[pending.pop(future)] = future.result()
-        while stop is None and done < n and results[done] is not None:
-            done += 1
-            prefix = [(r.hard, r.soft) for r in results[:done] if r is not None]
-            found = gate_rules.early_reject_point(prefix, n, current, cfg.gate_metric, cfg.gate_mixed_weight,
-                                                  density, cfg.semantic_density_weight)
-            stop = found if found is not None and found[0] == done else None
+    with ctx.burst(n):
+        while (sent < n and stop is None) or pending:
+            while sent < n and stop is None and len(pending) < width:
+                pending[ctx.submit(rollout_one, ctx, skill, order[sent])] = sent
+                sent += 1
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                results[pending.pop(future)] = future.result()
+            while stop is None and done < n and results[done] is not None:
+                done += 1
+                prefix = [(r.hard, r.soft) for r in results[:done] if r is not None]
+                found = gate_rules.early_reject_point(prefix, n, current, cfg.gate_metric, cfg.gate_mixed_weight,
+                                                      density, cfg.semantic_density_weight)
+                stop = found if found is not None and found[0] == done else None
     scored = [r for r in (results[: stop[0]] if stop else results) if r is not None]
     check_rollout_errors(ctx, scored)
     partial = None

@@ -74,12 +74,18 @@ class CallHealth:
             self.sent += 1
             self.calls += 1
             self.role_calls[role] += 1
+            if error is not None:
+                self.role_failed[role] += 1
+                self.errors[f"{role}: {error}"] += 1
+        self.in_a_row(role, error)
+
+    def in_a_row(self, role: str, error: str | None) -> None:
+        """The consecutive rule alone: raises CircuitOpen when it trips."""
+        with self._lock:
             if error is None:
                 self.consecutive = 0
                 return
             self.consecutive += 1
-            self.role_failed[role] += 1
-            self.errors[f"{role}: {error}"] += 1
             if self.max_consecutive and self.consecutive >= self.max_consecutive and self.stopped is None:
                 self.stopped = CircuitOpen(
                     f"{self.consecutive} LLM calls in a row failed (max_consecutive_failures="
@@ -99,3 +105,27 @@ class CallHealth:
             if n >= MIN_ROLE_FAILURES and n > self.max_share * self.role_calls[role]:
                 raise CircuitOpen(f"{n} of the {self.role_calls[role]} {role} calls so far failed, by the end of "
                                   f"stage {self.stage} ({rule})")
+
+
+class AheadHealth(CallHealth):
+    """The counts of the work done ahead of time (`skillstate.engine.ahead`):
+    its failures never count toward a stage's share rules, but they do
+    toward the run's calls in a row (an endpoint that fails, fails for
+    both), it sends nothing once the run's breaker is open, and a fatal
+    error it meets opens the run's breaker too."""
+
+    def __init__(self, run: CallHealth):
+        super().__init__(0, 1.0)
+        self.run = run
+
+    def record(self, role: str, error: str | None) -> None:
+        super().record(role, error)
+        self.run.in_a_row(role, error)
+
+    def check(self) -> None:
+        self.run.check()
+        super().check()
+
+    def trip(self, err: BaseException) -> None:
+        super().trip(err)
+        self.run.trip(err)
