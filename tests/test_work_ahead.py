@@ -10,6 +10,8 @@ import time
 
 import pytest
 from conftest import Crash, assert_paid_once, crashing_factory, small_config
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from skillstate.audit import audit, verify
 from skillstate.engine.lanes import CERTAIN, FOREGROUND, SPECULATIVE, Slots
@@ -172,3 +174,44 @@ def test_speculative_work_waits_out_a_burst_but_certain_work_does_not():
         assert ran == ["certain"]  # a free slot, but the stage under way may need it next
     threads[1].join(timeout=5)
     assert ran == ["certain", "speculative"]
+
+
+class _MapRecorder:
+    """Just what merge_levels needs of a run context: a map and merge_batch_size; it records each map's size."""
+
+    def __init__(self, size: int):
+        self.config = type("C", (), {"merge_batch_size": size})()
+        self.maps: list[int] = []
+
+    def map(self, fn, items):
+        items = list(items)
+        self.maps.append(len(items))
+        return [fn(i) for i in items]
+
+
+def _merger(side: str):
+    from skillstate.events import MergeCall
+
+    def merge(level, group):
+        return f"{side}{level}({'+'.join(group)})", MergeCall(level=level, side=side, inputs=len(group), status="ok")
+
+    return merge
+
+
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=3), st.integers(2, 5))
+@settings(max_examples=60, deadline=None)
+def test_independent_merge_trees_go_out_together_and_merge_as_they_would_alone(sizes, batch):
+    from skillstate.engine.reflect import merge_levels
+
+    trees = [([f"{chr(97 + t)}{i}" for i in range(n)], _merger(chr(97 + t))) for t, n in enumerate(sizes)]
+    together = _MapRecorder(batch)
+    joint = merge_levels(together, trees)
+    for tree, result in zip(trees, joint, strict=True):
+        alone = _MapRecorder(batch)
+        assert merge_levels(alone, [tree]) == [result]
+    singles = []
+    for tree in trees:
+        rec = _MapRecorder(batch)
+        merge_levels(rec, [tree])
+        singles.append(len(rec.maps))
+    assert len(together.maps) == max(singles)  # one round of calls per level, not one per tree and level

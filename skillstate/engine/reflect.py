@@ -111,27 +111,37 @@ def _adopt(reply_edits, inputs: list[Edit], source: str) -> list[Edit]:
                  support=support.get((e.op, e.target, e.content), top)) for e in reply_edits]
 
 
-def merge_levels(ctx: RunContext, items: list[T],
-                 merge_group: Callable[[int, list[T]], tuple[T, MergeCall]]) -> tuple[T | None, list[MergeCall]]:
-    """Merge `items` level by level in groups of merge_batch_size; a group
-    of one passes through. `merge_group(level, group)` returns (merged, call)."""
-    current = list(items)
-    calls: list[MergeCall] = []
+Merge = Callable[[int, list[T]], tuple[T, MergeCall]]
+
+
+def merge_levels(ctx: RunContext, trees: list[tuple[list[T], Merge[T]]]) -> list[tuple[T | None, list[MergeCall]]]:
+    """Merge each tree's items level by level in groups of merge_batch_size
+    (a group of one passes through); `merge_group(level, group)` returns
+    (merged, call). The trees are independent, so each level's groups of
+    every tree go out together; each tree's calls and levels are those it
+    would have alone."""
+    current = [list(items) for items, _ in trees]
+    calls: list[list[MergeCall]] = [[] for _ in trees]
     level = 0
-    while len(current) > 1:
+    while any(len(c) > 1 for c in current):
         level += 1
+        jobs = [(t, g) for t, c in enumerate(current) if len(c) > 1 for g in chunked(c, ctx.config.merge_batch_size)]
 
-        def merge_or_pass(g: list[T], lv: int = level) -> tuple[T, MergeCall | None]:
-            return (g[0], None) if len(g) == 1 else merge_group(lv, g)
+        def merge_or_pass(job: tuple[int, list[T]], lv: int = level) -> tuple[T, MergeCall | None]:
+            t, g = job
+            return (g[0], None) if len(g) == 1 else trees[t][1](lv, g)
 
-        outcomes = ctx.map(merge_or_pass, chunked(current, ctx.config.merge_batch_size))
-        current = [merged for merged, _ in outcomes]
-        calls.extend(call for _, call in outcomes if call is not None)
-    return (current[0] if current else None), calls
+        outcomes = ctx.map(merge_or_pass, jobs)
+        merged: list[list[T]] = [[] for _ in trees]
+        for (t, _), (item, call) in zip(jobs, outcomes, strict=True):
+            merged[t].append(item)
+            if call is not None:
+                calls[t].append(call)
+        current = [merged[t] if len(c) > 1 else c for t, c in enumerate(current)]
+    return [(c[0] if c else None, calls[t]) for t, c in enumerate(current)]
 
 
-def merge_tree(ctx: RunContext, state: RunState, side: str, skill: str,
-               patches: list[list[Edit]]) -> tuple[list[Edit], list[MergeCall]]:
+def edit_merger(ctx: RunContext, state: RunState, side: str, skill: str) -> Merge[list[Edit]]:
     """Merge edit patches; a failed merge call concatenates the group's edits."""
 
     def merge_group(level: int, group: list[list[Edit]]) -> tuple[list[Edit], MergeCall]:
@@ -144,19 +154,16 @@ def merge_tree(ctx: RunContext, state: RunState, side: str, skill: str,
         merged = flat if reply is None else _adopt(reply.edits, flat, side)
         return merged, MergeCall(level=level, side=side, inputs=len(group), status=status, call=result.ref)
 
-    merged = merge_levels(ctx, [p for p in patches if p], merge_group)  # not unpacked here: mypy would
-    edits, calls = merged  # then solve the type variable from the targets, as list[Edit] | None
-    return edits or [], calls
+    return merge_group
 
 
-def merge_skill_tree(ctx: RunContext, state: RunState, side: str, skill: str,
-                     versions: list[str]) -> tuple[str | None, list[MergeCall]]:
+def skill_merger(ctx: RunContext, state: RunState, side: str, skill: str) -> Merge[str]:
     """full_rewrite: merge whole skills; a failed merge call keeps the group's first."""
 
     def merge_group(level: int, group: list[str]) -> tuple[str, MergeCall]:
         return _merge_skills(ctx, state, skill, [(side, text) for text in group], level, side)
 
-    return merge_levels(ctx, versions, merge_group)
+    return merge_group
 
 
 def _merge_skills(ctx: RunContext, state: RunState, skill: str, versions: list[tuple[str, str]], level: int,
@@ -177,10 +184,10 @@ def aggregate(ctx: RunContext, state: RunState) -> list[Event]:
     skill = ctx.blob(p.base_skill)
     if ctx.config.update_mode == "full_rewrite":
         return [_aggregate_skills(ctx, state, skill)]
-    fail_edits, fail_calls = merge_tree(ctx, state, "failure", skill,
-                                        [x.edits for x in p.patches if x.source == "failure"])
-    succ_edits, succ_calls = merge_tree(ctx, state, "success", skill,
-                                        [x.edits for x in p.patches if x.source == "success"])
+    (fail, fail_calls), (succ, succ_calls) = merge_levels(ctx, [
+        ([x.edits for x in p.patches if x.source == side and x.edits], edit_merger(ctx, state, side, skill))
+        for side in ("failure", "success")])
+    fail_edits, succ_edits = fail or [], succ or []
     calls = fail_calls + succ_calls
     if fail_edits and succ_edits:
         result = ctx.optimizer(compose(
@@ -204,9 +211,10 @@ def _aggregate_skills(ctx: RunContext, state: RunState, skill: str) -> PatchesMe
     p = step_progress(state)
     sides: dict[str, str | None] = {}
     calls: list[MergeCall] = []
-    for side in ("failure", "success"):
-        versions = [ctx.blob(x.skill) for x in p.patches if x.source == side and x.skill]
-        sides[side], side_calls = merge_skill_tree(ctx, state, side, skill, versions)
+    trees = merge_levels(ctx, [([ctx.blob(x.skill) for x in p.patches if x.source == side and x.skill],
+                                skill_merger(ctx, state, side, skill)) for side in ("failure", "success")])
+    for side, (merged_side, side_calls) in zip(("failure", "success"), trees, strict=True):
+        sides[side] = merged_side
         calls.extend(side_calls)
     merged = sides["failure"] or sides["success"]
     if sides["failure"] and sides["success"]:
