@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import click
-from sqlalchemy.engine import Engine
 
 from skillstate.cli.app import cli, db_option
 from skillstate.errors import UserError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 
 @cli.command("sim-server")
@@ -20,13 +23,16 @@ from skillstate.errors import UserError
                    "built-in tasks, or --data).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="Play the environment of this run config (its env, env_config, data, seed and episode keys).")
-def sim_server(port, data, env_name, config_file) -> None:
+@click.option("--latency", type=float, default=0.0, show_default=True, metavar="SECONDS",
+              help="Hold each chat completion back this long, like a hosted model's round trip; concurrent requests "
+                   "wait in parallel, never in a queue.")
+def sim_server(port, data, env_name, config_file, latency) -> None:
     """Serve the simulated world over an OpenAI-compatible API on 127.0.0.1,
     to try --backend openai offline. Stop with Ctrl-C.
 
     \b
     Example:
-        skillstate sim-server --port 8000 &
+        skillstate sim-server --port 8000 --latency 0.2 &
         OPENAI_API_KEY=local skillstate run --backend openai --model sim \\
             --base-url http://127.0.0.1:8000/v1 --data DIR
     """
@@ -34,13 +40,16 @@ def sim_server(port, data, env_name, config_file) -> None:
 
     if not 0 <= port <= 65535:
         raise UserError(f"--port must be 0 to 65535 (0 picks a free port), got {port}")
+    if not 0 <= latency <= 3600:
+        raise UserError(f"--latency must be 0 to 3600 seconds, got {latency}")
     world = sim_world_named(env_name, data, config_file)
     try:
-        server = SimServer(world, port=port)
+        server = SimServer(world, port=port, latency=latency)
     except OSError as err:  # the port is taken, or not ours to bind
         raise UserError(f"cannot serve on 127.0.0.1:{port}: {err.strerror or err}"
                         + (" (pick another --port)" if port else "")) from None
-    click.echo(f"serving the sim world at {server.base_url} (Ctrl-C to stop)")
+    delay = f", {latency:g} s per reply" if latency else ""
+    click.echo(f"serving the sim world at {server.base_url}{delay} (Ctrl-C to stop)")
     try:
         server.httpd.serve_forever()
     except KeyboardInterrupt:

@@ -1,8 +1,10 @@
 """The sim backend: one LLMClient that plays both the target and the optimizer.
 
 Which role a request is for is read off the request itself: optimizer
-prompts carry tagged sections (`<failures>`, `<patches>`, ...), target
-requests are a skill plus a question. Every reply is a deterministic function
+prompts carry tagged sections (`<failures>`, `<patches>`, ...) or, from
+other programs, a skill section followed by trajectories, patches or an edit
+pool under markdown headings (`sim.reading`); target requests are a skill
+plus a question. Every reply is a deterministic function
 of the request, so a sim run is reproducible bit for bit.
 """
 
@@ -14,6 +16,7 @@ from skillstate.envs.base import SkillEnv
 from skillstate.errors import ConfigError
 from skillstate.llm.base import ChatRequest, ChatResponse, ToolCall
 from skillstate.sim.optimizer import SimOptimizer, _tokens
+from skillstate.sim.reading import read_request
 from skillstate.sim.world import SimWorld
 from skillstate.util import hash_value, seeded_rng
 
@@ -28,16 +31,25 @@ class SimBackend:
         self.optimizer = SimOptimizer(world)
 
     def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> ChatResponse:
+        return self.answer(messages, tools)[1]
+
+    def answer(self, messages: list[dict[str, Any]],
+               tools: list[dict[str, Any]] | None = None) -> tuple[str, ChatResponse]:
+        """(the role that answered, "target" or "optimizer"; the reply)."""
         user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         calls: list[ToolCall] = []
+        role = "optimizer"
         if "<skill>" in user:
             text = self.optimizer.reply(user, seeded_rng("sim-optimizer", hash_value(messages)))
+        elif (request := read_request(str(user or ""), self.world)) is not None:
+            text = self.optimizer.reply_to(request, str(user), seeded_rng("sim-optimizer", hash_value(messages)))
         else:
+            role = "target"
             text, calls = self.world.reply(messages, tools or [])
         prompt_tokens = sum(_tokens(str(m.get("content") or "")) for m in messages)
         out_tokens = _tokens(text) + sum(_tokens(c.arguments) for c in calls)
-        return ChatResponse(text=text, prompt_tokens=prompt_tokens, completion_tokens=out_tokens,
-                            finish_reason="tool_calls" if calls else "stop", tool_calls=tuple(calls))
+        return role, ChatResponse(text=text, prompt_tokens=prompt_tokens, completion_tokens=out_tokens,
+                                  finish_reason="tool_calls" if calls else "stop", tool_calls=tuple(calls))
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         return self.respond(request.message_dicts(), request.tool_list())

@@ -11,6 +11,7 @@ from typing import Any
 
 from skillstate.editor import apply_edits
 from skillstate.events import Edit
+from skillstate.sim.reading import OptimizerRequest
 from skillstate.sim.world import SimWorld
 
 
@@ -67,6 +68,19 @@ class SimOptimizer:
         if _between(prompt, "edits") is not None:
             return self._rank(_json(_between(prompt, "edits")) or [], self._budget(prompt), rng)
         return "I am not sure what you are asking."
+
+    def reply_to(self, request: OptimizerRequest, prompt: str, rng) -> str:
+        """The reply to an optimizer request read from another layout than
+        skillstate's tags (see `sim.reading`): the same analysts, merge and
+        ranking, on what the request shows."""
+        budget = request.budget if request.budget is not None else 3
+        if request.kind == "failures":
+            return self._failure_analyst(prompt, request.skill, request.trajectories, budget, rng, set(), [])
+        if request.kind == "successes":
+            return self._success_analyst(prompt, request.skill, request.trajectories, rng, set())
+        if request.kind == "patches":
+            return self._merge(request.patches, rng)  # listed failure side first, so failure edits win duplicates
+        return self._rank(request.edits, budget, rng)
 
     @staticmethod
     def _budget(prompt: str) -> int:

@@ -6,6 +6,13 @@ drive it through the real `openai` client. It answers POST
 be told to answer the first N requests with 429 + Retry-After to exercise
 client retries, or to misbehave in any way a `Fault` describes (the tests of
 the failure policy use that).
+
+`latency` holds every chat completion back that many seconds, as a hosted
+model's round trip would. Each request is served on its own thread, so the
+delay overlaps across concurrent requests: it never queues them. `calls`
+counts the answered chat completions per role (target, optimizer) and
+`spans` keeps each one's (role, start, end) on the monotonic clock, so a
+benchmark counts every client's calls the same way, at the server.
 """
 
 from __future__ import annotations
@@ -47,13 +54,19 @@ SIM_MODEL_IDS = ("sim", "sim-model", "sim-target", "sim-optimizer")
 
 class SimServer:
     def __init__(self, world: Any, host: str = "127.0.0.1", port: int = 0, *,
-                 fail_first: int = 0, retry_after: float = 0.0, fault: FaultRule | None = None):
+                 fail_first: int = 0, retry_after: float = 0.0, fault: FaultRule | None = None,
+                 latency: float = 0.0):
+        if latency < 0:
+            raise ValueError(f"latency must be at least 0 seconds, got {latency}")
         self.backend = SimBackend(world)
         self.fail_first = fail_first
         self.retry_after = retry_after
         self.fault = fault
+        self.latency = latency
         self.requests = 0
         self.auth_headers: list[str] = []
+        self.calls: dict[str, int] = {"target": 0, "optimizer": 0}
+        self.spans: list[tuple[str, float, float]] = []
         self._lock = threading.Lock()
         self.httpd = _Server((host, port), self._handler())
         self.httpd.daemon_threads = True
@@ -81,6 +94,11 @@ class SimServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    def _count(self, role: str, start: float) -> None:
+        with self._lock:
+            self.calls[role] = self.calls.get(role, 0) + 1
+            self.spans.append((role, start, time.monotonic()))
 
     def _handler(self):
         server = self
@@ -127,6 +145,7 @@ class SimServer:
                     self._send(404, {"error": {"message": "not found"}})
 
             def do_POST(self) -> None:
+                start = time.monotonic()
                 length = int(self.headers.get("Content-Length") or 0)
                 try:
                     body = json.loads(self.rfile.read(length) or b"{}")
@@ -154,7 +173,7 @@ class SimServer:
                     self._misbehave(fault)
                     return
                 try:
-                    reply = server.backend.respond(body.get("messages") or [], body.get("tools") or [])
+                    role, reply = server.backend.answer(body.get("messages") or [], body.get("tools") or [])
                 except LookupError as err:  # a task this world does not hold: the server plays another env
                     self._send(400, {"error": {"message": str(err), "type": "invalid_request_error"}})
                     return
@@ -163,6 +182,9 @@ class SimServer:
                                            "content": reply.text if reply.text or not reply.tool_calls else None}
                 if reply.tool_calls:
                     message["tool_calls"] = [c.to_message() for c in reply.tool_calls]
+                if server.latency:
+                    time.sleep(max(0.0, server.latency - (time.monotonic() - start)))  # this thread only
+                server._count(role, start)
                 self._send(200, {
                     "id": f"chatcmpl-sim-{n}", "object": "chat.completion", "created": int(time.time()),
                     "model": body.get("model", "sim"),
