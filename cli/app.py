@@ -39,7 +39,7 @@ class Stopped(click.ClickException):
 
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
-        self.exit_code = exit_code
+        object.__setattr__(self, "exit_code", exit_code)  # this stop's own code; click declares a ClassVar
 
 
 # Exit codes: 2 bad input or a fatal endpoint error, 3 the cost budget, 4 the LLM calls kept failing,
