@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import click
@@ -11,6 +12,8 @@ from rich.cells import cell_len
 from skillstate.cli.tables import MIN_SHRUNK, Col, clip, output_width, table_lines, wrapped
 from skillstate.engine.context import Progress
 from skillstate.events import (
+    BankEvolved,
+    BankValidated,
     BaselineEvaluated,
     CandidateBuilt,
     CandidateEvaluated,
@@ -28,6 +31,7 @@ from skillstate.events import (
     RunCompleted,
     RunForked,
     RunStarted,
+    SkillsDistilled,
     SlowUpdateDecided,
     SlowUpdateProposed,
     StepStarted,
@@ -98,7 +102,11 @@ class ProgressPrinter:
         if isinstance(ev, EditsSelected):
             dropped = f", {len(ev.dropped)} would change nothing" if ev.dropped else ""
             return f"    select     {len(ev.edits)} of {ev.candidates} edits ({ev.method}{dropped})"
+        if isinstance(ev, (SkillsDistilled, BankValidated, BankEvolved)):
+            return f"    {_BANK_STAGE[ev.type]:<11}{event_summary(ev)}"
         if isinstance(ev, CandidateBuilt):
+            if ev.method == "evolve":
+                return "    update     the evolved bank is the candidate"
             if ev.method != "patch":
                 how = "rewritten" if ev.status == "ok" else f"rewrite {ev.status}, unchanged"
                 return f"    update     {ev.method}: {how if ev.changed or ev.status != 'ok' else 'no change'}"
@@ -120,6 +128,7 @@ class ProgressPrinter:
         return None
 
 
+_BANK_STAGE = {"SkillsDistilled": "distill", "BankValidated": "validate", "BankEvolved": "evolve"}
 EPOCH_EVENTS = ("EpochCompared", "SlowUpdateProposed", "SlowUpdateDecided", "MetaSkillWritten", "FinalValidated")
 
 
@@ -321,6 +330,18 @@ def event_summary(ev: Event) -> str:
         return f"{label + ' ' if label else ''}{ev.split} gate {fmt(ev.scores.gate)} hard {fmt(ev.scores.hard)}"
     if isinstance(ev, StepStarted):
         return f"epoch {ev.epoch}, budget {ev.edit_budget}, {len(ev.batch_item_ids)} items"
+    if isinstance(ev, SkillsDistilled):
+        reasons = Counter(d.reason for d in ev.dropped)
+        why = f" ({', '.join(f'{n} {r}' for r, n in sorted(reasons.items()))})" if reasons else ""
+        return f"{ev.status}: {len(ev.added)} skills added, {len(ev.dropped)} dropped{why}"
+    if isinstance(ev, BankValidated):
+        worst = sorted(ev.scores.by_task_type.items(), key=lambda kv: (kv[1].hard, kv[0]))[:2]
+        return (f"{ev.split} gate {fmt(ev.scores.gate)}; lowest: "
+                + ", ".join(f"{t} {fmt(v.hard)}" for t, v in worst))
+    if isinstance(ev, BankEvolved):
+        if ev.status == "skipped":
+            return "no category below the threshold"
+        return f"{ev.status}: {', '.join(ev.categories)}; {len(ev.added)} skills added"
     if isinstance(ev, RolloutCompleted):
         return f"{sum(1 for r in ev.results if r.hard >= 1)}/{len(ev.results)} solved"
     if isinstance(ev, PatchProposed):
@@ -331,6 +352,8 @@ def event_summary(ev: Event) -> str:
         dropped = f", {len(ev.dropped)} dropped as no-ops" if ev.dropped else ""
         return f"{len(ev.edits)}/{ev.candidates} kept, budget {ev.budget}, {ev.method}{dropped}"
     if isinstance(ev, CandidateBuilt):
+        if ev.method == "evolve":
+            return "the evolved bank"
         return ", ".join(f"{r.op}:{r.status}" for r in ev.report) or "no edits"
     if isinstance(ev, GateDecided):
         return f"{ev.decision}: {ev.reason}"

@@ -40,13 +40,15 @@ if TYPE_CHECKING:
 @click.option("--batch-size", type=int, help="batch_size.")
 @click.option("--edit-budget", type=int, help="edit_budget (max edits per step).")
 @click.option("--lr", type=click.Choice(["constant", "linear", "cosine"]), help="lr_scheduler of the edit budget.")
+@click.option("--mode", type=click.Choice(["skill", "bank"]),
+              help="skill: one skill document (SkillOpt, the default); bank: a bank of skills (SkillRL).")
 @set_option
 @budget_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @db_option
 def run(config_file, backend, data, env_name, model, optimizer_model, target_model, base_url, run_id, epochs,
-        batch_size, edit_budget, lr, assignments, max_cost_usd, quiet, as_json, db) -> None:
+        batch_size, edit_budget, lr, mode, assignments, max_cost_usd, quiet, as_json, db) -> None:
     """Train a skill: baseline, then rollout, reflect, aggregate, select,
     update and gate for every step; test at the end.
 
@@ -64,6 +66,7 @@ def run(config_file, backend, data, env_name, model, optimizer_model, target_mod
         skillstate run --max-cost-usd 2.50      # stop cleanly once $2.50 is spent
         skillstate run --env sql                # a tool-using agent over a bundled database
         skillstate run --env textworld_express  # a text-world agent (pip install "skillstate[textworlds]")
+        skillstate run --mode bank              # a SkillRL skill bank, retrieved per task
     """
     from skillstate.cli.render import printer
     from skillstate.engine.runner import load_run
@@ -72,7 +75,7 @@ def run(config_file, backend, data, env_name, model, optimizer_model, target_mod
 
     overrides: dict[str, Any] = {}
     flags = {"backend": backend, "data": data, "env": env_name, "num_epochs": epochs, "batch_size": batch_size,
-             "edit_budget": edit_budget, "lr_scheduler": lr, "max_cost_usd": max_cost_usd}
+             "edit_budget": edit_budget, "lr_scheduler": lr, "max_cost_usd": max_cost_usd, "mode": mode}
     overrides.update({k: v for k, v in flags.items() if v is not None})
     for role in ("target", "optimizer"):
         if model:

@@ -84,6 +84,27 @@ class EpisodeConfig(BaseModel):
                                                          "view.")
 
 
+class BankConfig(BaseModel):
+    """The skill bank (mode: bank), after SkillRL: retrieval, deduplication and evolution."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    retrieval: Literal["template", "embedding"] = Field(
+        "template", description="template: the task category's skills plus the first general_k general ones; "
+                                "embedding: the top_k most similar above similarity_threshold.")
+    general_k: int = Field(6, ge=0, description="template retrieval: how many general skills every task gets.")
+    top_k: int = Field(6, ge=1, description="embedding retrieval: at most this many skills per task.")
+    similarity_threshold: float = Field(0.4, ge=-1.0, le=1.0, description="embedding retrieval: the cosine floor.")
+    dedup_threshold: float = Field(
+        0.85, gt=0.0, le=1.0, description="A new skill more similar than this to one in the bank is dropped.")
+    max_new_skills: int = Field(3, ge=1, description="Skills one distill or evolve call may add.")
+    validation_interval: int = Field(2, ge=1, description="Validate the bank (and evolve it) every N steps.")
+    evolution_threshold: float = Field(
+        0.4, ge=0.0, le=1.0, description="Categories whose validation success is below this are evolved.")
+    evolve_samples: int = Field(8, ge=1, description="Failures shown to the teacher per evolution.")
+    embedder: Literal["sim"] = Field("sim", description="The embedding model (sim: a deterministic offline one).")
+
+
 class SkillConfig(BaseModel):
     """Every knob of a SkillOpt run. Field names are the config keys."""
 
@@ -106,6 +127,10 @@ class SkillConfig(BaseModel):
     optimizer: OptimizerModelConfig = Field(default_factory=OptimizerModelConfig)
     target: TargetModelConfig = Field(default_factory=TargetModelConfig)
     episode: EpisodeConfig = Field(default_factory=EpisodeConfig)
+    mode: Literal["skill", "bank"] = Field(
+        "skill", description="skill: train one skill document (SkillOpt); bank: grow a bank of small skills "
+                             "retrieved per task (SkillRL).")
+    bank: BankConfig = Field(default_factory=BankConfig)
 
     # training schedule
     num_epochs: int = Field(4, ge=1, le=100_000)
@@ -218,6 +243,15 @@ class SkillConfig(BaseModel):
         splits = [self.train_split, self.val_split, self.test_split]
         if len(set(splits)) != 3:
             raise ValueError(f"train, val and test splits must differ, got {splits}")
+        if self.mode == "bank":
+            clash = [key for key, on in (("use_slow_update", self.use_slow_update),
+                                         ("use_meta_skill", self.use_meta_skill),
+                                         ("accumulation", self.accumulation != 1),
+                                         ("lr_control", self.lr_control != "fixed"),
+                                         ("update_mode", self.update_mode != "patch")) if on]
+            if clash:
+                raise ValueError(f"mode bank grows a bank of skills, not one document: {clash[0]} does not apply "
+                                 "to it (leave it at its default)")
         return self
 
     def model_for(self, role: str) -> str:

@@ -14,6 +14,8 @@ from types import MappingProxyType
 from skillstate import gate as gate_rules
 from skillstate.errors import CorruptLogError
 from skillstate.events import (
+    BankEvolved,
+    BankValidated,
     BaselineEvaluated,
     CandidateBuilt,
     CandidateEvaluated,
@@ -32,6 +34,7 @@ from skillstate.events import (
     RunForked,
     RunStarted,
     Scores,
+    SkillsDistilled,
     SlowUpdateDecided,
     SlowUpdateProposed,
     StepStarted,
@@ -65,6 +68,9 @@ STAGE_OF = {
     "EditsSelected": "select",
     "CandidateBuilt": "update",
     "CandidateEvaluated": "gate",
+    "SkillsDistilled": "distill",
+    "BankValidated": "validate",
+    "BankEvolved": "evolve",
     "EpochCompared": "slow_update",
     "SlowUpdateProposed": "slow_update",
     "SlowUpdateDecided": "slow_update",
@@ -229,6 +235,27 @@ def reduce(state: RunState, event: Event) -> RunState:
         key = cache_key(event.split, event.skill)
         new = replace(new, score_cache=_with(state.score_cache, key, event.scores))
         return replace(new, results_cache=_with(state.results_cache, key, event.results)) if event.results else new
+
+    if isinstance(event, SkillsDistilled):  # mode bank: the distilled bank is current at once (not gated)
+        p = _progress(state, event)
+        if p.rollout is None:
+            raise FoldError("SkillsDistilled before RolloutCompleted")
+        return replace(state, progress=replace(p, distilled=event), current_skill=event.skill)
+
+    if isinstance(event, BankValidated):
+        p = _progress(state, event)
+        key = cache_key(event.split, event.skill)
+        new = replace(state, progress=replace(p, validated=event), current_score=event.scores.gate,
+                      score_cache=_with(state.score_cache, key, event.scores))
+        if event.results:
+            new = replace(new, results_cache=_with(state.results_cache, key, event.results))
+        if state.best_score is None or event.scores.gate > state.best_score:
+            new = replace(new, best_skill=event.skill, best_score=event.scores.gate, best_step=event.step)
+        return new
+
+    if isinstance(event, BankEvolved):
+        p = _progress(state, event)
+        return replace(state, progress=replace(p, evolved=event))
 
     if isinstance(event, GateDecided):
         p = _progress(state, event)

@@ -12,6 +12,8 @@ from typing import TypeVar
 
 from skillstate.errors import InternalError
 from skillstate.events import (
+    BankEvolved,
+    BankValidated,
     CandidateBuilt,
     CandidateEvaluated,
     Edit,
@@ -23,6 +25,7 @@ from skillstate.events import (
     PatchProposed,
     RolloutCompleted,
     Scores,
+    SkillsDistilled,
     SlowUpdateDecided,
     SlowUpdateProposed,
     StopConditionMet,
@@ -52,6 +55,10 @@ class StepProgress:
     selected: EditsSelected | None = None
     candidate: CandidateBuilt | None = None
     evaluation: CandidateEvaluated | None = None
+    # mode bank: the step's distillation, validation and evolution
+    distilled: SkillsDistilled | None = None
+    validated: BankValidated | None = None
+    evolved: BankEvolved | None = None
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@ item results and scores. All frozen."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class Frozen(BaseModel):
@@ -65,6 +67,13 @@ class ApplyEntry(Frozen):
     status: str  # applied | appended | unchanged | skipped_absent | skipped_empty_target | skipped_unknown_op
 
 
+class RetrievedSkill(Frozen):
+    """One bank skill put in the agent's prompt; `similarity` is None in template retrieval."""
+
+    skill_id: str
+    similarity: float | None = None
+
+
 class ItemResult(Frozen):
     item_id: str
     task_type: str = ""
@@ -77,6 +86,14 @@ class ItemResult(Frozen):
     calls: list[CallRef] = []  # every call of a multi-turn rollout, in order
     turns: int = 0  # actions taken (multi-turn)
     seed: int | None = None  # what the environment was reset with (multi-turn)
+    retrieved: list[RetrievedSkill] = []  # mode bank: the skills the agent was shown (left out of dumps when none)
+
+    @model_serializer(mode="wrap")
+    def _without_empty_retrieval(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if not data.get("retrieved"):  # a skill-mode result dumps exactly as before the bank existed
+            data.pop("retrieved", None)
+        return data
 
     def all_calls(self) -> list[CallRef]:
         return ([self.call] if self.call is not None else []) + list(self.calls)

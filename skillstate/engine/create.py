@@ -108,7 +108,13 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     splits, default_skill = _dataset(config, env_cls, settings)
     if eval_split is not None and eval_split not in splits:
         raise ConfigError(f"unknown split {eval_split!r} (this run's splits: {', '.join(splits)})")
-    skill = _initial_skill(config, default_skill, env_cls(splits, settings))
+    if config.mode == "bank":  # the bank is the run's skill: an empty one, or a bank file
+        from skillstate.bank.document import EMPTY_BANK, bank_text, read_bank
+
+        skill = bank_text(read_bank(_initial_skill(config, None, env_cls(splits, settings))) if config.initial_skill
+                          else EMPTY_BANK)
+    else:
+        skill = _initial_skill(config, default_skill, env_cls(splits, settings))
     prompts = resolve_prompts(config.prompts)
     blobs: dict[str, str] = {}
 
@@ -136,7 +142,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
 
 # Keys a fork may not change: they define what the inherited state means (the episode keys decide what an
 # inherited score measured; the analysts' window, episode.reflect_*, may change).
-FIXED_ON_FORK = ("env", "env_config", "data", "train_split", "val_split", "test_split", "initial_skill",
+FIXED_ON_FORK = ("env", "env_config", "data", "train_split", "val_split", "test_split", "initial_skill", "mode",
                  "episode.max_turns", "episode.max_invalid", "episode.history", "episode.max_observation_chars")
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from sqlalchemy.exc import SQLAlchemyError
 
 from skillstate.config import RUNTIME_KEYS, SkillConfig, redact, validate_config
-from skillstate.engine import ahead, epoch, reflect, stages, update
+from skillstate.engine import ahead, bank, epoch, reflect, stages, update
 from skillstate.engine.context import ProgressCallback, RunContext, RunLog, StoreLog
 from skillstate.engine.create import (  # noqa: F401  (re-exported)
     FIXED_ON_FORK,
@@ -57,6 +57,9 @@ STAGES: dict[str, Stage] = {
     "learning_rate": update.choose_learning_rate,
     "select": update.select,
     "update": update.update,
+    "distill": bank.distill,
+    "validate_bank": bank.validate_bank,
+    "evolve": bank.evolve,
     "evaluate": stages.evaluate_candidate,
     "gate": stages.decide,
     "epoch_compare": epoch.compare_epochs,
@@ -96,6 +99,8 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
         return None if state.completed else "complete"
     if p.rollout is None:
         return "rollout"
+    if cfg.mode == "bank":
+        return bank.next_bank_stage(cfg, state)
     if reflect.pending_minibatches(ctx, state):
         return "reflect"
     if p.merged is None:

@@ -10,6 +10,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 from skillstate import gate as gate_rules
+from skillstate.bank.document import prompt_for
 from skillstate.engine.context import RunContext
 from skillstate.errors import EnvFailure
 from skillstate.events import (
@@ -19,6 +20,7 @@ from skillstate.events import (
     GateDecided,
     ItemResult,
     PartialEval,
+    RetrievedSkill,
     RolloutCompleted,
     RunCompleted,
     Scores,
@@ -48,6 +50,9 @@ def rollout_one(ctx: RunContext, skill: str, item: dict[str, Any]) -> ItemResult
             raised.append(err)
             raise
 
+    retrieved: list[RetrievedSkill] = []
+    if ctx.config.mode == "bank":  # the skill is the bank: this task sees the skills retrieved for it
+        skill, retrieved = prompt_for(skill, item, ctx.config.bank)
     try:
         out = ctx.env.rollout(skill, item, complete, ctx.prompts)
     except Exception as err:
@@ -61,7 +66,7 @@ def rollout_one(ctx: RunContext, skill: str, item: dict[str, Any]) -> ItemResult
         item_id=item["id"], task_type=out.task_type, hard=out.hard, soft=out.soft, fail_reason=out.fail_reason,
         prediction=out.prediction, trajectory=ctx.put_blob(canonical_json(stored)),
         call=out.call.ref if out.call else None, calls=[c.ref for c in out.calls], turns=out.turns,
-        seed=out.seed,
+        seed=out.seed, retrieved=retrieved,
     )
 
 
@@ -241,7 +246,12 @@ def evaluate_cached(ctx: RunContext, state: RunState, skill: str,
 def decide(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
     current, best = need(state.current_score, "the current score"), need(state.best_score, "the best score")
-    skip = skip_reason(state, ctx.config.update_mode)
+    if ctx.config.mode == "bank":
+        from skillstate.engine.bank import skip_reason as bank_skip_reason  # bank imports this module
+
+        skip = bank_skip_reason(ctx.config, state)
+    else:
+        skip = skip_reason(state, ctx.config.update_mode)
     if skip:
         return [GateDecided(step=p.step, decision=gate_rules.SKIP, candidate_score=None, current_score=current,
                             best_score=best, reason=skip)]

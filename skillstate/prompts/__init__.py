@@ -21,6 +21,8 @@ PROMPT_NAMES = (
     "learning_rate", "slow_update", "meta_skill",
     # multi-turn environments
     "episode_user",
+    # the skill bank (mode: bank)
+    "distill", "evolve",
 )
 
 

@@ -39,7 +39,7 @@ class SimBackend:
         user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         calls: list[ToolCall] = []
         role = "optimizer"
-        if "<skill>" in user:
+        if "<skill>" in user or "<bank>" in user:  # skillstate's optimizer prompts (the bank's teacher too)
             text = self.optimizer.reply(user, seeded_rng("sim-optimizer", hash_value(messages)))
         elif (request := read_request(str(user or ""), self.world)) is not None:
             text = self.optimizer.reply_to(request, str(user), seeded_rng("sim-optimizer", hash_value(messages)))

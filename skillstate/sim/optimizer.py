@@ -12,6 +12,7 @@ from typing import Any
 from skillstate.editor import apply_edits
 from skillstate.events import Edit
 from skillstate.sim.reading import OptimizerRequest
+from skillstate.sim.teacher import SimTeacher
 from skillstate.sim.world import SimWorld
 
 
@@ -41,6 +42,8 @@ class SimOptimizer:
         self.world = world
 
     def reply(self, prompt: str, rng) -> str:
+        if _between(prompt, "distill_failures") is not None or _between(prompt, "evolve_failures") is not None:
+            return self._teach(prompt, rng)
         skill = _between(prompt, "skill") or ""
         if _between(prompt, "candidate_edits") is not None:
             return self._learning_rate(_json(_between(prompt, "candidate_edits")) or [], rng)
@@ -81,6 +84,18 @@ class SimOptimizer:
         if request.kind == "patches":
             return self._merge(request.patches, rng)  # listed failure side first, so failure edits win duplicates
         return self._rank(request.edits, budget, rng)
+
+    def _teach(self, prompt: str, rng) -> str:
+        """The skill bank's teacher (mode bank)."""
+        teacher = SimTeacher(self.world)
+        bank = _json(_between(prompt, "bank")) or {}
+        match = re.search(r"at most (\d+) new skills", prompt)
+        max_new = int(match.group(1)) if match else 3
+        if _between(prompt, "evolve_failures") is not None:
+            return teacher.evolve(bank, _json(_between(prompt, "evolve_rates")) or {},
+                                  _json(_between(prompt, "evolve_failures")) or [], max_new, rng)
+        return teacher.distill(bank, _json(_between(prompt, "distill_successes")) or [],
+                               _json(_between(prompt, "distill_failures")) or [], max_new, rng)
 
     @staticmethod
     def _budget(prompt: str) -> int:

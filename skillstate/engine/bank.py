@@ -1,0 +1,176 @@
+"""The stages of a step in mode bank (SkillRL's skill bank): after the
+rollout (collect), the teacher distills skills from the step's trajectories
+into the bank; every `bank.validation_interval` steps (and at the last) the
+bank is validated per category, the categories below
+`bank.evolution_threshold` are evolved, and the evolved bank goes through
+the gate like a candidate skill (`evaluate`, `gate`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from skillstate.bank.dedup import DroppedSkill, dedupe
+from skillstate.bank.document import bank_text, embedder_for, read_bank
+from skillstate.bank.evolution import categories_to_evolve, failure_sample_plan
+from skillstate.bank.skills import Bank, BankSkill, Origin, SkillProvenance
+from skillstate.config import SkillConfig
+from skillstate.engine.context import RunContext, item_view
+from skillstate.engine.parsing import parse_reply
+from skillstate.engine.prompting import compose, to_json
+from skillstate.engine.stages import evaluate_cached
+from skillstate.events import BankEvolved, BankValidated, CandidateBuilt, Event, ItemResult, SkillsDistilled
+from skillstate.reducer import RunState, cache_key, need, step_progress
+from skillstate.util import seeded_rng
+
+
+class ProposedSkill(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    title: str = ""
+    principle: str = ""
+    when_to_apply: str = ""
+    category: str | None = None
+    refines: str | None = None
+
+
+class TeacherReply(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    skills: list[ProposedSkill]
+    mistakes: list[str] = []
+
+
+def validation_due(config: SkillConfig, state: RunState) -> bool:
+    p = step_progress(state)
+    return p.step % config.bank.validation_interval == 0 or p.step == state.total_steps
+
+
+def next_bank_stage(config: SkillConfig, state: RunState) -> str:
+    """The stage after a bank step's rollout."""
+    p = step_progress(state)
+    if p.distilled is None:
+        return "distill"
+    if not validation_due(config, state):
+        return "gate"
+    if p.validated is None:
+        return "validate_bank"
+    if p.evolved is None:
+        return "evolve"
+    if p.candidate is None:
+        return "gate"
+    return "evaluate" if p.evaluation is None else "gate"
+
+
+def skip_reason(config: SkillConfig, state: RunState) -> str | None:
+    """Why a bank step ends without a candidate bank to gate, or None."""
+    p = step_progress(state)
+    if p.distilled is None or p.candidate is not None:
+        return None
+    added = len(p.distilled.added)
+    distilled = f"distilled {added} skill{'s' * (added != 1)} into the bank"
+    if p.evolved is None:
+        return f"{distilled}; the bank is validated every {config.bank.validation_interval} steps"
+    if p.evolved.status == "skipped":
+        return f"{distilled}; every category is at or above evolution_threshold {config.bank.evolution_threshold:g}"
+    return f"{distilled}; evolution added nothing ({p.evolved.status})"
+
+
+def _views(ctx: RunContext, results: list[ItemResult]) -> list[dict[str, Any]]:
+    return [item_view(ctx.env, r, json.loads(ctx.blob(need(r.trajectory, "a trajectory")))) for r in results]
+
+
+def _proposals(reply: TeacherReply, origin: Origin, step: int, item_ids: list[str]) -> list[BankSkill]:
+    out = []
+    for s in reply.skills:
+        try:
+            out.append(BankSkill.make(s.title.strip(), s.principle.strip(), category=(s.category or None),
+                                      when_to_apply=s.when_to_apply.strip(),
+                                      provenance=SkillProvenance(trajectories=item_ids, origin=origin, step=step,
+                                                                 refines=s.refines or None)))
+        except ValidationError:
+            continue  # a malformed proposal adds nothing
+    return out
+
+
+def _ask(ctx: RunContext, state: RunState, prompt: str, bank: Bank, origin: Origin,
+         item_ids: list[str]) -> tuple[str, list[BankSkill], list[DroppedSkill], list[str], Any]:
+    """One teacher call: (status, added, dropped, mistakes, call ref), at most max_new_skills added."""
+    result = ctx.optimizer(prompt, reply=TeacherReply)
+    if not result.ok:
+        return "error", [], [], [], result.ref
+    reply = parse_reply(result.text, TeacherReply)
+    if reply is None:
+        return "unparseable", [], [], [], result.ref
+    cfg = ctx.config.bank
+    found = dedupe(bank, _proposals(reply, origin, step_progress(state).step, item_ids),
+                   embedder_for(cfg).embed, cfg.dedup_threshold)
+    added, over = found.added[: cfg.max_new_skills], found.added[cfg.max_new_skills:]
+    dropped = list(found.dropped) + [DroppedSkill(skill=s, reason="over_budget") for s in over]
+    return "ok", added, dropped, [m.strip() for m in reply.mistakes if m.strip()], result.ref
+
+
+def distill(ctx: RunContext, state: RunState) -> list[Event]:
+    p = step_progress(state)
+    cfg = ctx.config
+    results = need(p.rollout, "RolloutCompleted").results
+    rng = seeded_rng("distill", cfg.seed, p.step)
+    shown: dict[str, list[ItemResult]] = {}
+    for side, keep in (("successes", True), ("failures", False)):
+        side_results = [r for r in results if (r.hard >= 1) == keep]
+        shown[side] = rng.sample(side_results, min(cfg.minibatch_size, len(side_results)))
+    bank = read_bank(ctx.blob(p.base_skill))
+    prompt = compose(ctx, state, "distill", bank=to_json(bank.model_dump(mode="json")),
+                     successes=to_json(_views(ctx, shown["successes"])),
+                     failures=to_json(_views(ctx, shown["failures"])), max_new=cfg.bank.max_new_skills)
+    ids = [r.item_id for side in shown.values() for r in side]
+    status, added, dropped, mistakes, call = _ask(ctx, state, prompt, bank, "distill", ids)
+    new = bank.with_skills(added).with_mistakes(mistakes)
+    skill = ctx.put_blob(bank_text(new)) if new != bank else p.base_skill
+    return [SkillsDistilled(step=p.step, base_skill=p.base_skill, skill=skill, status=status, added=added,
+                            dropped=dropped, mistakes=mistakes, call=call)]
+
+
+def validate_bank(ctx: RunContext, state: RunState) -> list[Event]:
+    p = step_progress(state)
+    split, skill = ctx.config.val_split, need(state.current_skill, "the current bank")
+    scores, blob, usage = evaluate_cached(ctx, state, skill, split)
+    return [BankValidated(step=p.step, split=split, skill=skill, scores=scores, cached=blob is None, results=blob,
+                          usage_by_role=usage)]
+
+
+def evolve(ctx: RunContext, state: RunState) -> list[Event]:
+    p = step_progress(state)
+    cfg, bcfg = ctx.config, ctx.config.bank
+    validated = need(p.validated, "BankValidated")
+    rates = {t: s.hard for t, s in validated.scores.by_task_type.items()}
+    weak = categories_to_evolve(rates, bcfg.evolution_threshold)
+    if not weak:
+        return [BankEvolved(step=p.step, rates=rates, categories=[], status="skipped")]
+    blob = state.results_cache.get(cache_key(validated.split, validated.skill))
+    results = [ItemResult.model_validate(r) for r in json.loads(ctx.blob(blob))] if blob else []
+    failed: dict[str, list[str]] = {}
+    for r in results:
+        if r.hard < 1:
+            failed.setdefault(r.task_type or "untyped", []).append(r.item_id)
+    rng = seeded_rng("evolve", cfg.seed, p.step)
+    for ids in failed.values():
+        rng.shuffle(ids)
+    samples = failure_sample_plan(rates, failed, bcfg.evolution_threshold, bcfg.evolve_samples)
+    by_id = {r.item_id: r for r in results}
+    shown = [by_id[i] for ids in samples.values() for i in ids]
+    bank = read_bank(ctx.blob(need(state.current_skill, "the current bank")))
+    prompt = compose(ctx, state, "evolve", bank=to_json(bank.model_dump(mode="json")), categories=", ".join(weak),
+                     rates=to_json({t: round(r, 3) for t, r in sorted(rates.items())}),
+                     failures=to_json(_views(ctx, shown)), max_new=bcfg.max_new_skills)
+    status, added, dropped, _mistakes, call = _ask(ctx, state, prompt, bank, "evolve", [r.item_id for r in shown])
+    events: list[Event] = [BankEvolved(step=p.step, rates=rates, categories=weak, samples=samples, status=status,
+                                       added=added, dropped=dropped, call=call)]
+    if added:
+        base = need(state.current_skill, "the current bank")
+        candidate = ctx.put_blob(bank_text(bank.with_skills(added)))
+        events.append(CandidateBuilt(step=p.step, base_skill=base, skill=candidate, report=[], changed=True,
+                                     method="evolve"))
+    return events

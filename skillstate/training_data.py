@@ -1,0 +1,56 @@
+"""Data for weight training from a run's log (skillstate trains no weights).
+
+`sft_rows` turns the successful rollouts of a run's steps into rows of TRL's
+conversational language-modeling format (one `messages` column of
+`{"role", "content"}` dicts, which SFTTrainer loads as is). The system
+message is what the agent was shown: the skill document, or in mode bank
+the skills retrieved for that task. Identical conversations are written
+once. Multi-turn episodes and tool-calling conversations are not exported
+yet; they are counted as skipped."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from skillstate.engine.loading import lineage_events
+from skillstate.events import RolloutCompleted
+from skillstate.store import Store
+from skillstate.util import canonical_json
+
+ROLES = ("system", "user", "assistant")
+
+
+def _messages(data: Any) -> list[dict[str, str]] | None:
+    """A single-turn conversation as plain messages, or None for any other trajectory."""
+    if not isinstance(data, list) or not all(isinstance(m, dict) and m.get("role") in ROLES for m in data):
+        return None
+    if any(m.get("tool_calls") for m in data):
+        return None
+    messages = [{"role": m["role"], "content": str(m.get("content") or "")} for m in data]
+    if messages and messages[0]["role"] == "system" and not messages[0]["content"].strip():
+        messages = messages[1:]  # an empty bank shows no system message
+    return messages if messages and messages[-1]["role"] == "assistant" else None
+
+
+def sft_rows(store: Store, run_id: str) -> tuple[list[dict[str, Any]], int]:
+    """(rows, successful trajectories skipped) of the run's step rollouts, fork ancestors included."""
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    skipped = 0
+    for stored in lineage_events(store, run_id):
+        event = stored.event
+        if not isinstance(event, RolloutCompleted):
+            continue
+        for result in event.results:
+            if result.hard < 1 or not result.trajectory:
+                continue
+            messages = _messages(json.loads(store.get_blob(result.trajectory)))
+            if messages is None:
+                skipped += 1
+                continue
+            key = canonical_json(messages)
+            if key not in seen:
+                seen.add(key)
+                rows.append({"messages": messages})
+    return rows, skipped

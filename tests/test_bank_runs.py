@@ -1,0 +1,149 @@
+"""Mode bank end to end on the sim world: collect, distill, retrieve,
+validate, evolve and gate, all as events; audit, verify, resume mid-stage
+and fork behave as for a skill document."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from conftest import Crash, assert_paid_once, small_config
+
+from skillstate.audit import audit, verify
+from skillstate.bank.document import category_of, read_bank
+from skillstate.cli.main import cli
+from skillstate.engine import runner as engine_runner
+from skillstate.engine.runner import lineage_events
+from skillstate.events import encode
+from skillstate.store import Store
+from skillstate.trainer import Trainer
+from skillstate.util import canonical_json
+from skillstate.values import ItemResult
+
+BANK = dict(mode="bank", num_epochs=2)
+
+
+def _events(store: Store, run_id: str, type_name: str | None = None):
+    return [s.event for s in lineage_events(store, run_id) if type_name is None or s.type == type_name]
+
+
+def _payloads(store: Store, run_id: str) -> list[str]:
+    return [canonical_json([s.type, encode(s.event)]) for s in lineage_events(store, run_id)]
+
+
+@pytest.fixture(scope="module")
+def bank_run(tmp_path_factory):
+    store = Store(f"sqlite:///{tmp_path_factory.mktemp('bank') / 'b.db'}")
+    result = Trainer(small_config(**BANK), store=store, run_id="b").train()
+    return store, result
+
+
+def test_a_bank_run_learns_evolves_and_gates(bank_run):
+    store, result = bank_run
+    s = result.summary
+    assert s["status"] == "completed"
+    assert s["best_score"] > s["baseline_score"]
+    assert s["test"]["best"]["hard"] > s["test"]["baseline"]["hard"]
+    evolved = [e for e in _events(store, "b", "BankEvolved") if e.added]
+    assert evolved, "evolution never added a skill"
+    gates = {e.step: e for e in _events(store, "b", "GateDecided")}
+    for e in evolved:  # an evolved bank is gated like a candidate skill
+        assert gates[e.step].decision in ("accept", "accept_best", "reject")
+    best = read_bank(store.get_blob(result.state.best_skill))
+    assert 0 < len(best.skills) <= 6 * 3 + len(evolved) * 3
+    assert len({s.id for s in best.skills}) == len(best.skills)
+
+
+def test_every_rollout_records_the_skills_it_was_shown(bank_run):
+    store, _ = bank_run
+    banks = {}
+    for rollout in _events(store, "b", "RolloutCompleted"):
+        bank = banks.setdefault(rollout.skill, read_bank(store.get_blob(rollout.skill)))
+        for r in rollout.results:
+            shown = [bank.by_id(x.skill_id) for x in r.retrieved]
+            assert all(s is not None for s in shown)
+            assert all(s.category in (None, r.task_type) for s in shown)  # its category's skills and general ones
+            assert len(r.retrieved) == len(bank.for_category(r.task_type)) + min(6, len(bank.general()))
+    assert any(r.retrieved for e in _events(store, "b", "RolloutCompleted") for r in e.results)
+
+
+def test_a_bank_run_audits_and_verifies(bank_run):
+    store, _ = bank_run
+    assert audit(store, "b").ok
+    report = verify(store, "b")
+    assert report.ok and report.checked == report.total
+
+
+@pytest.mark.parametrize("stage", ["distill", "evolve", "validate_bank"])
+def test_a_crash_mid_stage_resumes_to_the_same_events(tmp_path, bank_run, monkeypatch, stage):
+    parent_store, _ = bank_run
+    store = Store(f"sqlite:///{tmp_path / 'c.db'}")
+    real = engine_runner.STAGES[stage]
+    calls = {"n": 0}
+
+    def dying(ctx, state):
+        calls["n"] += 1
+        events = real(ctx, state)  # its calls are made and journaled...
+        if calls["n"] == 2:
+            raise Crash()  # ...and the process dies before its events are appended
+        return events
+
+    monkeypatch.setitem(engine_runner.STAGES, stage, dying)
+    with pytest.raises(Crash):
+        Trainer(small_config(**BANK), store=store, run_id="b").train()
+    monkeypatch.setitem(engine_runner.STAGES, stage, real)
+    Trainer(small_config(**BANK), store=store, run_id="b").train()
+    assert _payloads(store, "b") == _payloads(parent_store, "b")
+    assert_paid_once(store, "b")
+    assert verify(store, "b").ok
+
+
+def test_a_fork_with_another_evolution_threshold(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'f.db'}")
+    Trainer(small_config(**BANK), store=store, run_id="p").train()
+    child = Trainer(store=store, run_id="p").fork(2, {"bank.evolution_threshold": 0.95}, "f").train()
+    assert child.state.completed
+    parent_evolved = {e.step: e for e in _events(store, "p", "BankEvolved")}
+    child_evolved = {e.step: e for e in _events(store, "f", "BankEvolved")}
+    assert child_evolved[2] == parent_evolved[2]  # inherited
+    later = [s for s in child_evolved if s > 2]
+    assert later and all(child_evolved[s].categories or child_evolved[s].status == "skipped" for s in later)
+    assert any(len(child_evolved[s].categories) > len(parent_evolved[s].categories) for s in later)
+    assert audit(store, "f").ok and verify(store, "f").ok
+
+
+def test_mode_bank_refuses_the_skill_document_features():
+    res = CliRunner().invoke(cli, ["run", "--mode", "bank", "--set", "use_slow_update=true", "-q"])
+    assert res.exit_code == 2
+    assert "use_slow_update does not apply" in res.output
+
+
+def test_a_skill_mode_result_dumps_as_before_the_bank():
+    dumped = ItemResult(item_id="a", hard=1.0, soft=1.0).model_dump(mode="json")
+    assert "retrieved" not in dumped
+
+
+def test_category_of_a_task():
+    assert category_of({"task_type": "arithmetic"}) == "arithmetic"
+    assert category_of({"category": "pick_and_place", "task_type": "x"}) == "pick_and_place"
+    assert category_of({"id": "q"}) is None
+
+
+def test_sft_export_loads_as_trl_conversational_rows(bank_run, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    store, _ = bank_run
+    out = tmp_path / "sft.jsonl"
+    res = CliRunner().invoke(cli, ["export-sft", "b", "--db", store.display_url, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert rows and f"wrote {len(rows)} conversations" in res.output
+    loaded = datasets.load_dataset("json", data_files=str(out))["train"]
+    assert loaded.column_names == ["messages"] and loaded.num_rows == len(rows)
+    for row in loaded:
+        roles = [m["role"] for m in row["messages"]]
+        assert roles[-1] == "assistant" and set(roles) <= {"system", "user", "assistant"}
+    with_skills = [r for r in rows if r["messages"][0]["role"] == "system"]
+    assert with_skills and all(r["messages"][0]["content"].startswith(("# Skills for this task", "# Common mistakes"))
+                               for r in with_skills)
+    assert any("# Skills for this task" in r["messages"][0]["content"] for r in with_skills)
