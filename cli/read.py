@@ -275,6 +275,35 @@ def export(run_id, step, best, output, db) -> None:
         click.echo(text, nl=not text.endswith("\n"))
 
 
+@cli.command("export-sft")
+@click.argument("run_id", required=False)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True,
+              help="Write the rows to FILE (JSON lines).")
+@db_option
+def export_sft(run_id, output, db) -> None:
+    """Write the run's successful rollouts as SFT data for TRL: one
+    {"messages": [...]} row per conversation, with what the agent was shown
+    (the skill, or the retrieved bank skills) as the system message.
+
+    \b
+    Examples:
+        skillstate export-sft -o sft.jsonl
+        python -c "import datasets; print(datasets.load_dataset('json', data_files='sft.jsonl'))"
+    """
+    from skillstate.store import open_store
+    from skillstate.training_data import sft_rows
+
+    store = open_store(db, create=False)
+    rows, skipped = sft_rows(store, store.require_run(run_id).run_id)
+    try:
+        with Path(output).open("w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    except OSError as err:
+        raise UserError(f"cannot write {output}: {err.strerror or err}") from None
+    note = f"; {skipped} multi-turn or tool-calling trajectories skipped (not exported yet)" if skipped else ""
+    click.echo(f"wrote {len(rows)} conversations to {output}{note}")
+
+
 @cli.command(context_settings={"ignore_unknown_options": True})
 @click.argument("args", nargs=-1, required=True, metavar="[RUN] STEP_A STEP_B")
 @db_option
