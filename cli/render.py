@@ -13,6 +13,7 @@ from skillstate.cli.tables import MIN_SHRUNK, Col, clip, output_width, table_lin
 from skillstate.engine.context import Progress
 from skillstate.events import (
     BankEvolved,
+    BankSeeded,
     BankValidated,
     BaselineEvaluated,
     CandidateBuilt,
@@ -102,7 +103,7 @@ class ProgressPrinter:
         if isinstance(ev, EditsSelected):
             dropped = f", {len(ev.dropped)} would change nothing" if ev.dropped else ""
             return f"    select     {len(ev.edits)} of {ev.candidates} edits ({ev.method}{dropped})"
-        if isinstance(ev, (SkillsDistilled, BankValidated, BankEvolved)):
+        if isinstance(ev, (SkillsDistilled, BankValidated, BankEvolved, BankSeeded)):
             return f"    {_BANK_STAGE[ev.type]:<11}{event_summary(ev)}"
         if isinstance(ev, CandidateBuilt):
             if ev.method == "evolve":
@@ -128,7 +129,8 @@ class ProgressPrinter:
         return None
 
 
-_BANK_STAGE = {"SkillsDistilled": "distill", "BankValidated": "validate", "BankEvolved": "evolve"}
+_BANK_STAGE = {"SkillsDistilled": "distill", "BankValidated": "validate", "BankEvolved": "evolve",
+               "BankSeeded": "import"}
 EPOCH_EVENTS = ("EpochCompared", "SlowUpdateProposed", "SlowUpdateDecided", "MetaSkillWritten", "FinalValidated")
 
 
@@ -334,6 +336,9 @@ def event_summary(ev: Event) -> str:
         reasons = Counter(d.reason for d in ev.dropped)
         why = f" ({', '.join(f'{n} {r}' for r, n in sorted(reasons.items()))})" if reasons else ""
         return f"{ev.status}: {len(ev.added)} skills added, {len(ev.dropped)} dropped{why}"
+    if isinstance(ev, BankSeeded):
+        return (f"{len(ev.statuses)} teacher calls ({', '.join(sorted(set(ev.statuses)))}): {len(ev.added)} skills "
+                f"added, {len(ev.dropped)} dropped")
     if isinstance(ev, BankValidated):
         worst = sorted(ev.scores.by_task_type.items(), key=lambda kv: (kv[1].hard, kv[0]))[:2]
         return (f"{ev.split} gate {fmt(ev.scores.gate)}; lowest: "

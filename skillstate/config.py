@@ -103,6 +103,9 @@ class BankConfig(BaseModel):
         0.4, ge=0.0, le=1.0, description="Categories whose validation success is below this are evolved.")
     evolve_samples: int = Field(8, ge=1, description="Failures shown to the teacher per evolution.")
     embedder: Literal["sim"] = Field("sim", description="The embedding model (sim: a deterministic offline one).")
+    trajectories: str | None = Field(
+        None, description="A JSON or JSONL file of trajectories in SkillRL's format to distill the bank from before "
+                          "the baseline (snapshotted into the log).")
 
 
 class SkillConfig(BaseModel):

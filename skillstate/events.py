@@ -53,7 +53,7 @@ class Event(Frozen):
 
 class RunStarted(Event):
     type: ClassVar[str] = "RunStarted"
-    version: ClassVar[int] = 4
+    version: ClassVar[int] = 5
     config: dict[str, Any]
     initial_skill: str
     dataset: dict[str, dict[str, Any]]  # split -> {hash, count}
@@ -64,9 +64,11 @@ class RunStarted(Event):
     package_version: str
     kind: str = "train"  # train | eval (scores one skill, no steps)
     eval_split: str | None = None
+    trajectories: str | None = None  # mode bank: the imported trajectories (bank.trajectories), as a blob
 
     def blob_refs(self) -> list[str]:
-        return [self.initial_skill, *(s["hash"] for s in self.dataset.values()), *self.prompts.values()]
+        return [self.initial_skill, *(s["hash"] for s in self.dataset.values()), *self.prompts.values(),
+                *([self.trajectories] if self.trajectories else [])]
 
 
 class RunForked(Event):
@@ -392,6 +394,27 @@ class SkillsDistilled(Event):
         return usage_of([self.call])
 
 
+class BankSeeded(Event):
+    """Before the baseline: the teacher distilled the imported trajectories
+    (`RunStarted.trajectories`) into the bank `skill`, which the baseline
+    then scores and the steps start from."""
+
+    type: ClassVar[str] = "BankSeeded"
+    base_skill: str
+    skill: str
+    statuses: list[str]  # per teacher call: ok | unparseable | error
+    added: list[BankSkill] = Field(default_factory=list)
+    dropped: list[DroppedSkill] = Field(default_factory=list)
+    mistakes: list[str] = Field(default_factory=list)
+    calls: list[CallRef] = Field(default_factory=list)
+
+    def blob_refs(self) -> list[str]:
+        return [self.base_skill, self.skill]
+
+    def usage(self) -> dict[str, Usage]:
+        return usage_of(list(self.calls))
+
+
 class BankValidated(Event):
     """The current bank scored on the selection split, per category; its
     score becomes the current score (and the best when it beats it)."""
@@ -447,7 +470,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunStarted, RunForked, BaselineEvaluated, RunCompleted, StepStarted, RolloutCompleted,
         PatchProposed, PatchesMerged, LearningRateChosen, EditsSelected, CandidateBuilt, CandidateEvaluated,
         GateDecided, TestEvaluated, EpochCompared, SlowUpdateProposed, SlowUpdateDecided, MetaSkillWritten,
-        EpochEnded, FinalValidated, StopConditionMet, SkillsDistilled, BankValidated, BankEvolved,
+        EpochEnded, FinalValidated, StopConditionMet, SkillsDistilled, BankValidated, BankEvolved, BankSeeded,
     )
 }
 
@@ -482,6 +505,11 @@ def _v3_config(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "config": config}
 
 
+def _v4_started(payload: dict[str, Any]) -> dict[str, Any]:
+    """v5 adds `trajectories` (mode bank's imported trajectories); a v4 run had none."""
+    return payload
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunStarted", 1): _v1_config,
     ("RunForked", 1): _v1_config,
@@ -489,6 +517,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunForked", 2): _v2_config,
     ("RunStarted", 3): _v3_config,
     ("RunForked", 3): _v3_config,
+    ("RunStarted", 4): _v4_started,
 }
 
 

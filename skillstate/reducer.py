@@ -15,6 +15,7 @@ from skillstate import gate as gate_rules
 from skillstate.errors import CorruptLogError
 from skillstate.events import (
     BankEvolved,
+    BankSeeded,
     BankValidated,
     BaselineEvaluated,
     CandidateBuilt,
@@ -71,6 +72,7 @@ STAGE_OF = {
     "SkillsDistilled": "distill",
     "BankValidated": "validate",
     "BankEvolved": "evolve",
+    "BankSeeded": "distill",
     "EpochCompared": "slow_update",
     "SlowUpdateProposed": "slow_update",
     "SlowUpdateDecided": "slow_update",
@@ -154,7 +156,8 @@ def reduce(state: RunState, event: Event) -> RunState:
                        dataset=MappingProxyType(event.dataset), initial_skill=event.initial_skill,
                        steps_per_epoch=event.steps_per_epoch, total_steps=event.total_steps,
                        current_skill=event.initial_skill, best_skill=event.initial_skill,
-                       kind=event.kind, eval_split=event.eval_split)
+                       kind=event.kind, eval_split=event.eval_split, trajectories=event.trajectories,
+                       start_skill=event.initial_skill)
 
     if not state.started:
         raise FoldError(f"{event.type} before the run started")
@@ -177,6 +180,11 @@ def reduce(state: RunState, event: Event) -> RunState:
         if cur is not None and best is not None:
             new = replace(new, current_score=_regate(cur, event.config), best_score=_regate(best, event.config))
         return new
+
+    if isinstance(event, BankSeeded):
+        if state.baseline is not None or state.seeded:
+            raise FoldError("BankSeeded after the baseline, or twice")
+        return replace(state, seeded=True, current_skill=event.skill, best_skill=event.skill, start_skill=event.skill)
 
     if isinstance(event, BaselineEvaluated):
         if state.baseline is not None:

@@ -155,6 +155,9 @@ class RunState:
     memo_epoch: int = 0
     final_validated: bool = False
     stopped: StopConditionMet | None = None  # the log ends with this stop (cleared by any later event)
+    trajectories: str | None = None  # mode bank: the imported trajectories' blob
+    seeded: bool = False  # mode bank: the imported trajectories were distilled (BankSeeded)
+    start_skill: str | None = None  # what the baseline scores and step 1 starts from: the initial skill or seeded bank
 
     @property
     def started(self) -> bool:

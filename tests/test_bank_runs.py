@@ -147,3 +147,46 @@ def test_sft_export_loads_as_trl_conversational_rows(bank_run, tmp_path):
     assert with_skills and all(r["messages"][0]["content"].startswith(("# Skills for this task", "# Common mistakes"))
                                for r in with_skills)
     assert any("# Skills for this task" in r["messages"][0]["content"] for r in with_skills)
+
+
+def _trajectories_file(path, n: int = 24) -> str:
+    from skillstate.sim.world import bundled_splits
+
+    rows = []
+    for i, item in enumerate(bundled_splits()["train"][:n]):
+        ok = i % 3 != 0
+        rows.append({"id": f"t{i}", "task_description": item["question"], "task_category": item["task_type"],
+                     "steps": [{"observation": item["question"], "action": item["answers"][0] if ok else "?",
+                                "reward": float(ok), "step_index": 0}],
+                     "total_reward": float(ok), "success": ok, "metadata": {}})
+    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")  # JSONL
+    return str(path)
+
+
+def test_imported_trajectories_seed_the_bank_before_the_baseline(tmp_path):
+    source = _trajectories_file(tmp_path / "traj.jsonl")
+    store = Store(f"sqlite:///{tmp_path / 'i.db'}")
+    Trainer(small_config(**BANK, **{"bank": {"trajectories": source}}), store=store, run_id="i").train()
+    events = _events(store, "i")
+    assert [e.type for e in events[:3]] == ["RunStarted", "BankSeeded", "BaselineEvaluated"]
+    seeded, baseline = events[1], events[2]
+    assert seeded.added and len(seeded.statuses) == 2  # 16 successes and 8 failures, 8 of each per call
+    assert baseline.skill == seeded.skill  # the baseline scores the seeded bank
+    assert all(s.provenance.origin == "import" and s.provenance.trajectories for s in seeded.added)
+    (tmp_path / "traj.jsonl").unlink()  # the log holds its own copy
+    assert audit(store, "i").ok
+    report = verify(store, "i")
+    assert report.ok and report.checked == report.total
+
+
+def test_a_bad_trajectories_file_is_one_line_and_no_run(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"id": "x", "task_description": "t", "task_category": "c", "steps": [{}],
+                                "total_reward": 0, "success": False}]), encoding="utf-8")
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    res = CliRunner().invoke(cli, ["run", "--mode", "bank", "--set", f"bank.trajectories={bad}", "--db", db, "-q"])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "record 1 (id 'x')" in lines[0] and "steps.0" in lines[0]
+    runs = CliRunner().invoke(cli, ["runs", "--db", db])
+    assert "run-" not in runs.output

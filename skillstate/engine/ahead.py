@@ -38,12 +38,12 @@ def fetch(ctx: RunContext, state: RunState, stage: str) -> None:
     if stage == "start_step":
         ctx.cancel_ahead(lambda key: key[0] == NEXT_STEP and key[1] != state.current_skill)
     planned: list[tuple[str, str, dict[str, Any]]] = []
-    if stage == "baseline" and cfg.overlap_start and state.initial_skill:
+    if stage == "baseline" and cfg.overlap_start and state.start_skill:
         if state.total_steps >= 1:
             planned += [(START, cfg.train_split, ctx.env.item(i)) for b in step_batches(ctx, state, 1) for i in b]
         if cfg.eval_test:
             planned += [(START, cfg.test_split, item) for item in ctx.env.items(cfg.test_split)]
-        skill, lane = state.initial_skill, CERTAIN
+        skill, lane = state.start_skill, CERTAIN
     elif stage in AFTER_ROLLOUT and cfg.speculative_rollout and next_step_due(ctx, state):
         p = state.progress
         assert p is not None and state.current_skill is not None  # next_step_due checked both

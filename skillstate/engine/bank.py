@@ -16,12 +16,21 @@ from skillstate.bank.dedup import DroppedSkill, dedupe
 from skillstate.bank.document import bank_text, embedder_for, read_bank
 from skillstate.bank.evolution import categories_to_evolve, failure_sample_plan
 from skillstate.bank.skills import Bank, BankSkill, Origin, SkillProvenance
+from skillstate.bank.trajectories import Trajectory
 from skillstate.config import SkillConfig
 from skillstate.engine.context import RunContext, item_view
 from skillstate.engine.parsing import parse_reply
 from skillstate.engine.prompting import compose, to_json
 from skillstate.engine.stages import evaluate_cached
-from skillstate.events import BankEvolved, BankValidated, CandidateBuilt, Event, ItemResult, SkillsDistilled
+from skillstate.events import (
+    BankEvolved,
+    BankSeeded,
+    BankValidated,
+    CandidateBuilt,
+    Event,
+    ItemResult,
+    SkillsDistilled,
+)
 from skillstate.reducer import RunState, cache_key, need, step_progress
 from skillstate.util import seeded_rng
 
@@ -95,21 +104,78 @@ def _proposals(reply: TeacherReply, origin: Origin, step: int, item_ids: list[st
     return out
 
 
+def _admit(ctx: RunContext, bank: Bank, reply: TeacherReply, origin: Origin, step: int,
+           item_ids: list[str]) -> tuple[list[BankSkill], list[DroppedSkill]]:
+    """The proposals of one teacher reply that the bank takes: deduplicated, at most max_new_skills."""
+    cfg = ctx.config.bank
+    found = dedupe(bank, _proposals(reply, origin, step, item_ids), embedder_for(cfg).embed, cfg.dedup_threshold)
+    added, over = found.added[: cfg.max_new_skills], found.added[cfg.max_new_skills:]
+    return added, list(found.dropped) + [DroppedSkill(skill=s, reason="over_budget") for s in over]
+
+
+def _parsed(result: Any) -> tuple[str, TeacherReply | None]:
+    if not result.ok:
+        return "error", None
+    reply = parse_reply(result.text, TeacherReply)
+    return ("ok", reply) if reply is not None else ("unparseable", None)
+
+
 def _ask(ctx: RunContext, state: RunState, prompt: str, bank: Bank, origin: Origin,
          item_ids: list[str]) -> tuple[str, list[BankSkill], list[DroppedSkill], list[str], Any]:
-    """One teacher call: (status, added, dropped, mistakes, call ref), at most max_new_skills added."""
+    """One teacher call: (status, added, dropped, mistakes, call ref)."""
     result = ctx.optimizer(prompt, reply=TeacherReply)
-    if not result.ok:
-        return "error", [], [], [], result.ref
-    reply = parse_reply(result.text, TeacherReply)
+    status, reply = _parsed(result)
     if reply is None:
-        return "unparseable", [], [], [], result.ref
-    cfg = ctx.config.bank
-    found = dedupe(bank, _proposals(reply, origin, step_progress(state).step, item_ids),
-                   embedder_for(cfg).embed, cfg.dedup_threshold)
-    added, over = found.added[: cfg.max_new_skills], found.added[cfg.max_new_skills:]
-    dropped = list(found.dropped) + [DroppedSkill(skill=s, reason="over_budget") for s in over]
-    return "ok", added, dropped, [m.strip() for m in reply.mistakes if m.strip()], result.ref
+        return status, [], [], [], result.ref
+    added, dropped = _admit(ctx, bank, reply, origin, step_progress(state).step, item_ids)
+    return status, added, dropped, [m.strip() for m in reply.mistakes if m.strip()], result.ref
+
+
+def _trajectory_view(t: Trajectory, max_steps: int, max_chars: int) -> dict[str, Any]:
+    steps = t.ordered_steps()
+    shown = steps[-max_steps:]
+    return {"id": t.id, "task": t.task_description, "task_type": t.task_category, "success": t.success,
+            "total_reward": t.total_reward, "shown_steps": len(shown), "total_steps": len(steps),
+            "steps": [{"observation": s.observation[:max_chars], "action": s.action, "reward": s.reward}
+                      for s in shown]}
+
+
+def seed_bank(ctx: RunContext, state: RunState) -> list[Event]:
+    """Before the baseline: distill the imported trajectories into the bank,
+    `minibatch_size` successes and failures per teacher call. The calls all
+    see the starting bank and go out together; their proposals are then
+    admitted in call order, each call's against the bank the ones before
+    it left."""
+    cfg = ctx.config
+    trajectories = [Trajectory.model_validate(t) for t in json.loads(ctx.blob(need(state.trajectories, "them")))]
+    k = cfg.minibatch_size
+    wins, losses = [t for t in trajectories if t.success], [t for t in trajectories if not t.success]
+    chunks = [(wins[i:i + k], losses[i:i + k]) for i in range(0, max(len(wins), len(losses)), k)]
+    base = need(state.current_skill, "the initial bank")
+    bank = start = read_bank(ctx.blob(base))
+    ep = cfg.episode
+
+    def prompt(chunk: tuple[list[Trajectory], list[Trajectory]]) -> str:
+        views = [[_trajectory_view(t, ep.reflect_max_turns, ep.max_observation_chars) for t in side]
+                 for side in chunk]
+        return compose(ctx, state, "distill", bank=to_json(start.model_dump(mode="json")),
+                       successes=to_json(views[0]), failures=to_json(views[1]), max_new=cfg.bank.max_new_skills)
+
+    results = ctx.map(lambda text: ctx.optimizer(text, reply=TeacherReply), [prompt(c) for c in chunks])
+    statuses, added, dropped, mistakes = [], [], [], []
+    for (won, lost), result in zip(chunks, results, strict=True):
+        status, reply = _parsed(result)
+        statuses.append(status)
+        if reply is None:
+            continue
+        new, gone = _admit(ctx, bank, reply, "import", 0, [t.id for t in won + lost])
+        bank = bank.with_skills(new).with_mistakes(m.strip() for m in reply.mistakes if m.strip())
+        added += new
+        dropped += gone
+        mistakes += [m.strip() for m in reply.mistakes if m.strip()]
+    skill = ctx.put_blob(bank_text(bank)) if bank != start else base
+    return [BankSeeded(base_skill=base, skill=skill, statuses=statuses, added=added, dropped=dropped,
+                       mistakes=mistakes, calls=[r.ref for r in results])]
 
 
 def distill(ctx: RunContext, state: RunState) -> list[Event]:

@@ -48,6 +48,17 @@ def _dataset(config: SkillConfig, env: type[SkillEnv],
     return splits, bundled_skill()
 
 
+def _imported_trajectories(path: str) -> str:
+    """The trajectories file of `bank.trajectories`, checked and as canonical JSON (the log keeps this)."""
+    from skillstate.bank.trajectories import load_trajectories
+
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read trajectories {path}: {getattr(err, 'strerror', None) or err}") from None
+    return canonical_json([t.model_dump(mode="json") for t in load_trajectories(text)])
+
+
 def _initial_skill(config: SkillConfig, default: str | None, env: SkillEnv) -> str:
     if config.initial_skill:
         try:
@@ -124,6 +135,8 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
         return h
 
     dataset = {name: {"hash": put(canonical_json(items)), "count": len(items)} for name, items in splits.items()}
+    imported = put(_imported_trajectories(config.bank.trajectories)) if config.mode == "bank" and \
+        config.bank.trajectories else None
     spe = steps_per_epoch(len(splits[config.train_split]), config.batch_size, config.accumulation)
     if not eval_split:
         check_schedule(spe * config.num_epochs)
@@ -133,6 +146,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
         dataset_fingerprint=hash_value({k: v["hash"] for k, v in dataset.items()}),
         prompts={name: put(text) for name, text in prompts.items()},
         steps_per_epoch=0 if eval_split else spe, total_steps=0 if eval_split else spe * config.num_epochs,
+        trajectories=imported,
         package_version=__version__, kind="eval" if eval_split else "train", eval_split=eval_split,
     )
     store.append(run_id, [event], last_seq=0, last_hash=GENESIS, blobs_to_put=blobs,
@@ -143,6 +157,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
 # Keys a fork may not change: they define what the inherited state means (the episode keys decide what an
 # inherited score measured; the analysts' window, episode.reflect_*, may change).
 FIXED_ON_FORK = ("env", "env_config", "data", "train_split", "val_split", "test_split", "initial_skill", "mode",
+                 "bank.trajectories",
                  "episode.max_turns", "episode.max_invalid", "episode.history", "episode.max_observation_chars")
 
 

@@ -57,6 +57,7 @@ STAGES: dict[str, Stage] = {
     "learning_rate": update.choose_learning_rate,
     "select": update.select,
     "update": update.update,
+    "seed_bank": bank.seed_bank,
     "distill": bank.distill,
     "validate_bank": bank.validate_bank,
     "evolve": bank.evolve,
@@ -83,7 +84,7 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
             return "eval_skill"
         return None if state.completed else "complete"
     if state.baseline is None:
-        return "baseline"
+        return "seed_bank" if cfg.mode == "bank" and state.trajectories and not state.seeded else "baseline"
     p = state.progress
     if p is None:
         if state.boundary is not None or epoch.boundary_epoch(cfg, state) is not None:
@@ -130,8 +131,6 @@ def drive(ctx: RunContext, state: RunState, before_stage: Callable[[str], None] 
         if before_stage is not None:
             before_stage(name)
         stop = stops(state, name) if stops is not None else None
-        if stop is None:
-            ahead.fetch(ctx, state, name)
         if stop is not None:
             if halt and already_stopped(state, stop):
                 return state
@@ -141,6 +140,7 @@ def drive(ctx: RunContext, state: RunState, before_stage: Callable[[str], None] 
             if halt:
                 return state
             continue
+        ahead.fetch(ctx, state, name)  # work the stages after this one will need (the background lanes)
         ctx.report("stage", name, state)
         ctx.health.begin_stage(name)
         events = STAGES[name](ctx, state)

@@ -123,7 +123,8 @@ def evaluate(ctx: RunContext, skill_hash: str, split: str) -> tuple[Scores, str,
 
 
 def baseline(ctx: RunContext, state: RunState) -> list[Event]:
-    split, skill = ctx.config.val_split, need(state.initial_skill, "the initial skill")
+    # the skill the steps start from: the initial one, or (mode bank) the bank seeded from imported trajectories
+    split, skill = ctx.config.val_split, need(state.start_skill, "the initial skill")
     scores, blob, usage = evaluate(ctx, skill, split)
     return [BaselineEvaluated(split=split, skill=skill, scores=scores, results=blob, usage_by_role=usage)]
 
@@ -314,7 +315,7 @@ def gate_decision(score: float, current: float, best: float, use_gate: bool) -> 
 
 def test_eval(label: str) -> Callable[[RunContext, RunState], list[Event]]:
     def stage(ctx: RunContext, state: RunState) -> list[Event]:
-        skill = need(state.initial_skill if label == "baseline" else state.best_skill, f"the {label} skill")
+        skill = need(state.start_skill if label == "baseline" else state.best_skill, f"the {label} skill")
         split = ctx.config.test_split
         scores, blob, usage = evaluate(ctx, skill, split)
         return [TestEvaluated(label=label, split=split, skill=skill, scores=scores, results=blob, usage_by_role=usage)]
