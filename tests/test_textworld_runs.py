@@ -74,3 +74,15 @@ def test_without_java_a_textworld_run_is_one_line_and_no_run(tmp_path, monkeypat
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and "needs Java" in lines[0] and "apt install" in lines[0]
     assert Store(db).list_runs() == []
+
+
+def test_a_textworld_express_bank_run_learns_audits_and_verifies(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'b.db'}")
+    result = Trainer(SkillConfig(mode="bank", **TWX), store=store, run_id="b").train()
+    s = result.summary
+    assert s["status"] == "completed" and s["best_score"] > s["baseline_score"]
+    rollouts = [e.event for e in lineage_events(store, "b") if e.type == "RolloutCompleted"]
+    assert any(r.retrieved for e in rollouts for r in e.results)  # the agent was shown the bank's skills
+    assert audit(store, "b").ok
+    report = verify(store, "b")  # plays every episode again
+    assert report.ok and report.checked == report.total
