@@ -200,7 +200,19 @@ def why(args, as_json, db) -> None:
     if len(args) > 2:
         raise UserError('why takes [RUN] TEXT (quote the text: skillstate why "some words")')
     run_id, text = (None, args[0]) if len(args) == 1 else args
-    info = explain(open_store(db, create=False), run_id, text)
+    store = open_store(db, create=False)
+    from skillstate.bank_provenance import bank_why_text, explain_bank, is_bank_run
+
+    if is_bank_run(store, run_id):  # mode bank: which skills hold the text, and where each came from
+        bank_info = explain_bank(store, run_id, text)
+        if as_json:
+            echo_json(bank_info)
+        elif bank_info["found"]:
+            click.echo(bank_why_text(bank_info))
+        if not bank_info["found"]:
+            raise click.ClickException(f"no skill of run {bank_info['run_id']}'s bank matches {text!r}")
+        return
+    info = explain(store, run_id, text)
     missing = f"{info['text']!r} is not in the best skill of run {info['run_id']} (nor in any skill it had)"
     if as_json:
         echo_json(info)

@@ -190,3 +190,22 @@ def test_a_bad_trajectories_file_is_one_line_and_no_run(tmp_path):
     assert len(lines) == 1 and "record 1 (id 'x')" in lines[0] and "steps.0" in lines[0]
     runs = CliRunner().invoke(cli, ["runs", "--db", db])
     assert "run-" not in runs.output
+
+
+def test_why_names_the_event_the_trajectories_and_the_refined_skill(bank_run):
+    store, result = bank_run
+    db = ["--db", store.display_url]
+    best = read_bank(store.get_blob(result.state.best_skill))
+    skill = best.skills[0]
+    res = CliRunner().invoke(cli, ["why", "b", skill.id, "--json", *db])
+    assert res.exit_code == 0, res.output
+    (info,) = json.loads(res.output)["skills"]
+    assert info["id"] == skill.id and info["in_best_bank"] and info["step"] == skill.provenance.step
+    assert info["event"] in ("SkillsDistilled", "BankEvolved", "BankSeeded")
+    assert [t["id"] for t in info["trajectories"]] == skill.provenance.trajectories
+    refined = [s for s in best.skills if s.provenance.refines]
+    for s in refined:  # a refined skill names the one it replaced, with its text
+        res = CliRunner().invoke(cli, ["why", "b", s.id, *db])
+        assert "refines " + s.provenance.refines in res.output and "the evolved bank:" in res.output
+    missing = CliRunner().invoke(cli, ["why", "b", "no skill says this", *db])
+    assert missing.exit_code == 1 and "no skill of run b's bank matches" in missing.output
