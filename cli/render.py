@@ -140,7 +140,7 @@ def _usd(value: float) -> str:
 
 def cost_lines(cost: dict[str, Any], width: int | None = None) -> list[str]:
     width = output_width() if width is None else width
-    roles = ("optimizer", "target")
+    roles = ("optimizer", "target", *sorted(set(cost["paid_by_role"]) - {"optimizer", "target"}))
     rows = []
     for stage, by_role in cost["by_stage"].items():
         vals = [by_role.get(r, 0.0) for r in roles]

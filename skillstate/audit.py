@@ -215,6 +215,8 @@ def verify(store: Store, run_id: str | None) -> VerifyReport:
             raise EndOfLog
         for client in ctx.clients.values():  # the calls as they stood when the stage's events were appended
             client.before = log.expected[log.pos].created_at
+        if hasattr(ctx.embedder, "before"):  # journaled embeddings too
+            ctx.embedder.before = log.expected[log.pos].created_at
 
     def recorded_stop(_state: RunState, _name: str) -> StopConditionMet | None:
         """A stop is an input, like the run's first event: re-execution takes the recorded one."""

@@ -66,7 +66,7 @@ def unused_calls(store: Store, run_id: str, own: list[StoredEvent]) -> dict[str,
     used = {ref.request_hash for _, refs in event_call_refs(store, own) for ref in refs}
     out: dict[str, int] = {}
     for call in store.read_calls(run_id):
-        if call.request_hash not in used:
+        if call.role != "embedder" and call.request_hash not in used:  # embeddings are looked up by text
             out[call.role] = out.get(call.role, 0) + 1
     return out
 

@@ -14,6 +14,7 @@ from skillstate.engine.runner import LoadedRun, load_run, roles_of
 from skillstate.errors import NotFoundError
 from skillstate.events import Usage
 from skillstate.failures import failed_calls, unused_calls
+from skillstate.llm.embeddings import ROLE as EMBEDDER
 from skillstate.pricing import cost_usd, price_for, sent_cost
 from skillstate.reducer import RunState, StepRecord, need, usage_totals
 from skillstate.store import Store
@@ -110,6 +111,8 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
     unused = unused_calls(store, loaded.run_id, loaded.own)
     for role in sorted(set(own.usage) | set(paid)):
         logical, sent = own.usage.get(role, Usage()), paid.get(role, Usage())
+        if role == EMBEDDER:  # vectors are looked up by text, not referenced by events: the run's are those it sent
+            logical = sent
         usage[role] = {
             "calls": logical.calls, "prompt_tokens": logical.prompt_tokens,
             "completion_tokens": logical.completion_tokens, "sent": sent.calls, "unused": unused.get(role, 0),

@@ -34,6 +34,10 @@ DEFAULT_PRICES: dict[str, Price] = {
     "o3": (2.00, 8.00),
     "o3-mini": (1.10, 4.40),
     "o4-mini": (1.10, 4.40),
+    # embeddings (mode bank, bank.embedder: openai): input tokens only
+    "text-embedding-3-small": (0.02, 0.0),
+    "text-embedding-3-large": (0.13, 0.0),
+    "text-embedding-ada-002": (0.10, 0.0),
     # nominal prices of the simulated models (see the module docstring)
     "sim-target": (0.15, 0.60),
     "sim-optimizer": (2.00, 8.00),

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import Crash, assert_paid_once, small_config
+from conftest import EXAMPLES, Crash, assert_paid_once, small_config
 
 from skillstate.audit import audit, verify
 from skillstate.bank.document import category_of, read_bank
@@ -209,3 +209,26 @@ def test_why_names_the_event_the_trajectories_and_the_refined_skill(bank_run):
         assert "refines " + s.provenance.refines in res.output and "the evolved bank:" in res.output
     missing = CliRunner().invoke(cli, ["why", "b", "no skill says this", *db])
     assert missing.exit_code == 1 and "no skill of run b's bank matches" in missing.output
+
+
+def test_embedding_retrieval_through_the_journaled_embeddings_api(tmp_path, sim_server, monkeypatch):
+    """mode bank with bank.embedder openai, through the real openai client against the sim server: every
+    (model, text) is journaled once, a rerun of the same config sends no embedding, and verify needs no
+    endpoint."""
+    monkeypatch.setenv("OPENAI_API_KEY", "local")
+    store = Store(f"sqlite:///{tmp_path / 'e.db'}")
+    endpoint = {"base_url": sim_server.base_url}
+    cfg = small_config(**BANK, backend="openai", data=str(EXAMPLES / "qa"), batch_size=12,
+                       target={"model": "sim-target", **endpoint}, optimizer={"model": "sim-optimizer", **endpoint},
+                       bank={"retrieval": "embedding", "embedder": "openai", "similarity_threshold": 0.05})
+    result = Trainer(cfg, store=store, run_id="e").train()
+    assert result.state.completed
+    embedded = [c for c in store.read_calls("e") if c.role == "embedder"]
+    assert embedded and len({c.request_hash for c in embedded}) == len(embedded)  # each text once
+    shown = [x for ev in _events(store, "e", "RolloutCompleted") for r in ev.results for x in r.retrieved]
+    assert shown and all(x.similarity is not None and x.similarity > 0.05 for x in shown)
+    before = sim_server.embedding_requests
+    Trainer(cfg, store=store, run_id="e2").train()  # the same requests: served from the journal
+    assert sim_server.embedding_requests == before
+    report = verify(store, "e")
+    assert report.ok and report.checked == report.total

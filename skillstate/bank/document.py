@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from skillstate.bank.embedding import SimEmbedder, skill_text, task_text
+from skillstate.bank.embedding import Embedder, skill_text, task_text
 from skillstate.bank.export import render_skills
 from skillstate.bank.retrieval import retrieve_embedding, retrieve_template
 from skillstate.bank.skills import Bank
@@ -48,27 +48,23 @@ def task_description(item: dict[str, Any]) -> str:
     return str(item.get("question") or item.get("task") or item.get("goal") or item.get("id"))
 
 
-def embedder_for(config: BankConfig) -> SimEmbedder:
-    return SimEmbedder()
-
-
-def retrieve(bank: Bank, item: dict[str, Any], config: BankConfig) -> list[RetrievedSkill]:
+def retrieve(bank: Bank, item: dict[str, Any], config: BankConfig, embedder: Embedder) -> list[RetrievedSkill]:
     category = category_of(item)
     if config.retrieval == "template":
         chosen = retrieve_template(bank, category, config.general_k)
     else:
-        embedder = embedder_for(config)
         candidates = [*bank.for_category(category), *bank.general()]
         vectors = dict(zip([s.id for s in candidates], embedder.embed([skill_text(s) for s in candidates]),
                            strict=True))
-        chosen = retrieve_embedding(bank, category, embedder.embed_one(task_text(task_description(item))), vectors,
-                                    config.top_k, config.similarity_threshold)
+        (task_vector,) = embedder.embed([task_text(task_description(item))])
+        chosen = retrieve_embedding(bank, category, task_vector, vectors, config.top_k, config.similarity_threshold)
     return [RetrievedSkill(skill_id=r.skill_id, similarity=r.similarity) for r in chosen]
 
 
-def prompt_for(bank_json: str, item: dict[str, Any], config: BankConfig) -> tuple[str, list[RetrievedSkill]]:
+def prompt_for(bank_json: str, item: dict[str, Any], config: BankConfig,
+               embedder: Embedder) -> tuple[str, list[RetrievedSkill]]:
     """The system prompt one task gets from the bank, and the skills in it."""
     bank = read_bank(bank_json)
-    chosen = retrieve(bank, item, config)
+    chosen = retrieve(bank, item, config, embedder)
     skills = [s for r in chosen if (s := bank.by_id(r.skill_id)) is not None]
     return render_skills(skills, bank.mistakes), chosen

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from skillstate.bank.dedup import DroppedSkill, dedupe
-from skillstate.bank.document import bank_text, embedder_for, read_bank
+from skillstate.bank.document import bank_text, read_bank
 from skillstate.bank.evolution import categories_to_evolve, failure_sample_plan
 from skillstate.bank.skills import Bank, BankSkill, Origin, SkillProvenance
 from skillstate.bank.trajectories import Trajectory
@@ -108,7 +108,7 @@ def _admit(ctx: RunContext, bank: Bank, reply: TeacherReply, origin: Origin, ste
            item_ids: list[str]) -> tuple[list[BankSkill], list[DroppedSkill]]:
     """The proposals of one teacher reply that the bank takes: deduplicated, at most max_new_skills."""
     cfg = ctx.config.bank
-    found = dedupe(bank, _proposals(reply, origin, step, item_ids), embedder_for(cfg).embed, cfg.dedup_threshold)
+    found = dedupe(bank, _proposals(reply, origin, step, item_ids), ctx.embedder.embed, cfg.dedup_threshold)
     added, over = found.added[: cfg.max_new_skills], found.added[cfg.max_new_skills:]
     return added, list(found.dropped) + [DroppedSkill(skill=s, reason="over_budget") for s in over]
 

@@ -12,6 +12,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from skillstate.bank.embedding import Embedder, SimEmbedder
 from skillstate.config import SkillConfig
 from skillstate.engine.lanes import FOREGROUND, Slots
 from skillstate.engine.parsing import response_format
@@ -79,6 +80,7 @@ class RunContext:
         self.on_progress = on_progress
         self.health = health or CallHealth(0, 1.0)
         self.background_clients = background_clients or {}
+        self.embedder: Embedder = SimEmbedder()  # mode bank: retrieval and deduplication (build_context sets it)
         self._blobs: dict[str, str] = {}
         self._lock = threading.Lock()
         self._slots = Slots(config.concurrency)

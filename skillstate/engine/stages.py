@@ -52,7 +52,7 @@ def rollout_one(ctx: RunContext, skill: str, item: dict[str, Any]) -> ItemResult
 
     retrieved: list[RetrievedSkill] = []
     if ctx.config.mode == "bank":  # the skill is the bank: this task sees the skills retrieved for it
-        skill, retrieved = prompt_for(skill, item, ctx.config.bank)
+        skill, retrieved = prompt_for(skill, item, ctx.config.bank, ctx.embedder)
     try:
         out = ctx.env.rollout(skill, item, complete, ctx.prompts)
     except Exception as err:

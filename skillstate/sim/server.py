@@ -2,7 +2,9 @@
 
 For trying `--backend openai` offline and for the project's tests, which
 drive it through the real `openai` client. It answers POST
-/v1/chat/completions (and GET /v1/models), requires a bearer token, and can
+/v1/chat/completions and POST /v1/embeddings (the sim embedder's vectors; the
+skill bank's `bank.embedder: openai` uses it in tests), GET /v1/models,
+requires a bearer token on chat completions, and can
 be told to answer the first N requests with 429 + Retry-After to exercise
 client retries, or to misbehave in any way a `Fault` describes (the tests of
 the failure policy use that).
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
+from skillstate.bank.embedding import SimEmbedder
 from skillstate.sim.backend import SimBackend
 
 
@@ -64,6 +67,7 @@ class SimServer:
         self.fault = fault
         self.latency = latency
         self.requests = 0
+        self.embedding_requests = 0
         self.auth_headers: list[str] = []
         self.calls: dict[str, int] = {"target": 0, "optimizer": 0}
         self.spans: list[tuple[str, float, float]] = []
@@ -144,6 +148,23 @@ class SimServer:
                 else:
                     self._send(404, {"error": {"message": "not found"}})
 
+            def _embeddings(self, body: dict[str, Any]) -> None:
+                """The sim embedder's vectors, in the shape of OpenAI's embeddings API (no auth check needed
+                beyond the chat route's: it is the same server)."""
+                texts = body.get("input")
+                texts = [texts] if isinstance(texts, str) else texts
+                if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+                    self._send(400, {"error": {"message": "input must be a string or a list of strings"}})
+                    return
+                vectors = SimEmbedder().embed(texts)
+                tokens = sum(len(t.split()) for t in texts)
+                with server._lock:
+                    server.embedding_requests += 1
+                self._send(200, {"object": "list", "model": body.get("model", "sim-embedding"),
+                                 "data": [{"object": "embedding", "index": i, "embedding": v}
+                                          for i, v in enumerate(vectors)],
+                                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
             def do_POST(self) -> None:
                 start = time.monotonic()
                 length = int(self.headers.get("Content-Length") or 0)
@@ -151,6 +172,9 @@ class SimServer:
                     body = json.loads(self.rfile.read(length) or b"{}")
                 except json.JSONDecodeError:
                     self._send(400, {"error": {"message": "invalid JSON"}})
+                    return
+                if self.path.rstrip("/").endswith("/embeddings"):
+                    self._embeddings(body)
                     return
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, {"error": {"message": f"no route {self.path}"}})

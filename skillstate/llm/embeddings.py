@@ -1,0 +1,108 @@
+"""Embeddings through the call journal (mode bank, `bank.embedder: openai`).
+
+Each (model, text) is one journaled request (role `embedder` in the call
+table, the request's canonical JSON hashed like a chat request's), so a
+text is embedded at most once per database (or per lineage with
+`llm_cache: lineage`), a resumed or forked run pays nothing twice, and
+replay and verify need no endpoint: a vector missing from the journal is a
+ReplayMissError there. The endpoint is the optimizer's (base URL, key
+variable, Azure, timeout, retries). A failing embeddings endpoint stops the
+run (FatalLLMError, exit 2, resumable): without vectors there is no
+retrieval."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import openai
+
+from skillstate.config import ModelConfig, redact
+from skillstate.errors import ReplayMissError
+from skillstate.llm.base import FatalLLMError
+from skillstate.store import Store
+from skillstate.util import canonical_json, sha256_text
+
+ROLE = "embedder"
+
+
+def embedding_request(model: str, text: str) -> tuple[str, str]:
+    """(hash, canonical JSON) of one text's embedding request."""
+    body = canonical_json({"endpoint": "embeddings", "model": model, "input": text})
+    return sha256_text(body), body
+
+
+class OpenAIEmbeddings:
+    """The embeddings API of an OpenAI-compatible endpoint."""
+
+    def __init__(self, cfg: ModelConfig):
+        from skillstate.llm.openai_backend import OpenAIBackend
+
+        backend = OpenAIBackend(cfg, "optimizer")  # the key check and the client, Azure included
+        self.client, self.endpoint = backend.client, backend.endpoint
+
+    def embed(self, model: str, texts: list[str]) -> tuple[list[list[float]], int]:
+        try:
+            reply = self.client.embeddings.create(model=model, input=texts)
+        except openai.APIError as err:
+            raise FatalLLMError(f"the embeddings endpoint {self.endpoint} failed for model {model!r}: "
+                                f"{redact(str(err)).splitlines()[0][:300]}") from None
+        vectors = [list(map(float, d.embedding)) for d in sorted(reply.data, key=lambda d: d.index)]
+        if len(vectors) != len(texts):
+            raise FatalLLMError(f"the embeddings endpoint {self.endpoint} returned {len(vectors)} vectors for "
+                                f"{len(texts)} texts")
+        usage = getattr(reply, "usage", None)
+        return vectors, int(getattr(usage, "prompt_tokens", 0) or 0)
+
+
+class JournaledEmbedder:
+    """An Embedder (`skillstate.bank.embedding`) whose vectors live in the call journal."""
+
+    def __init__(self, backend: OpenAIEmbeddings | None, store: Store, *, run_id: str, model: str,
+                 run_ids: list[str] | None = None, before: Any = None):
+        self.backend, self.store, self.run_id, self._model = backend, store, run_id, model
+        self.run_ids, self.before = run_ids, before  # before: verify's "as of" time, as for chat calls
+        self._lock = threading.Lock()  # one sender at a time: a text is never sent twice by two threads
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    def _recorded(self, h: str) -> list[float] | None:
+        as_of = self.before if self.backend is None else None
+        row = self.store.find_call(h, run_ids=self.run_ids, as_of=as_of)
+        if row is None or row.error is not None or not row.response:
+            return None
+        return [float(x) for x in row.response["embedding"]]
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        found: dict[str, list[float]] = {}
+        for text in dict.fromkeys(texts):
+            vector = self._recorded(embedding_request(self._model, text)[0])
+            if vector is not None:
+                found[text] = vector
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        if missing:
+            if self.backend is None:
+                raise ReplayMissError(f"the log holds no embedding of {missing[0][:60]!r} by {self._model}")
+            with self._lock:
+                still = []
+                for text in missing:  # another thread may have recorded it meanwhile
+                    vector = self._recorded(embedding_request(self._model, text)[0])
+                    if vector is None:
+                        still.append(text)
+                    else:
+                        found[text] = vector
+                if still:
+                    start = time.perf_counter()
+                    vectors, tokens = self.backend.embed(self._model, still)
+                    latency = (time.perf_counter() - start) * 1000 / len(still)
+                    for i, (text, vector) in enumerate(zip(still, vectors, strict=True)):
+                        h, body = embedding_request(self._model, text)
+                        share = tokens // len(still) + (1 if i < tokens % len(still) else 0)
+                        self.store.record_call(run_id=self.run_id, role=ROLE, request_hash=h, model=self._model,
+                                               request=body, response={"embedding": vector}, prompt_tokens=share,
+                                               completion_tokens=0, latency_ms=latency, error=None)
+                        found[text] = vector
+        return [found[t] for t in texts]
