@@ -24,13 +24,15 @@ from skillstate.util import check_run_id
 @click.option("--model", "--target-model", "model", help="The target model.")
 @click.option("--base-url", help="OpenAI-compatible endpoint of the target.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML or TOML config file.")
+@click.option("--samples", type=int, help="Samples per item (G > 1: distinct requests, seed 0..G-1, for GRPO "
+                                          "groups; set target.temperature above 0).")
 @set_option
 @click.option("--run-id", help="Id of the evaluation run.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the results.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @db_option
-def evaluate(skill_file, split, data, env_name, backend, model, base_url, config_file, assignments, run_id, quiet,
-             as_json, db) -> None:
+def evaluate(skill_file, split, data, env_name, backend, model, base_url, config_file, samples, assignments, run_id,
+             quiet, as_json, db) -> None:
     """Score a skill file on a split, with results per task type. The
     evaluation is recorded as a run of its own (kind eval), so it shows in
     `skillstate runs` and can be audited and verified like any run.
@@ -47,7 +49,8 @@ def evaluate(skill_file, split, data, env_name, backend, model, base_url, config
     from skillstate.trainer import evaluate_skill
 
     overrides: dict[str, Any] = {"initial_skill": skill_file}
-    flags = {"data": data, "env": env_name, "backend": backend, "target.model": model, "target.base_url": base_url}
+    flags = {"data": data, "env": env_name, "backend": backend, "target.model": model, "target.base_url": base_url,
+             "samples": samples}
     overrides.update({k: v for k, v in flags.items() if v is not None})
     overrides.update(parse_sets(assignments))
     if run_id is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -307,13 +308,42 @@ def export_sft(run_id, output, db) -> None:
 
     store = open_store(db, create=False)
     rows, skipped = sft_rows(store, store.require_run(run_id).run_id)
+    _write_rows(output, rows)
+    note = f"; {skipped} multi-turn or tool-calling trajectories skipped (not exported yet)" if skipped else ""
+    click.echo(f"wrote {len(rows)} conversations to {output}{note}")
+
+
+@cli.command("export-grpo")
+@click.argument("run_id")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True,
+              help="Write the rows to FILE (JSON lines).")
+@db_option
+def export_grpo(run_id, output, db) -> None:
+    """Write an evaluation run sampled G > 1 times per item as GRPO data for
+    TRL: per item the prompt, the G completions, their rewards and their
+    group-relative advantages.
+
+    \b
+    Examples:
+        skillstate eval --skill best.md --split train --samples 4 --set target.temperature=1.0 --run-id g
+        skillstate export-grpo g -o grpo.jsonl
+    """
+    from skillstate.store import open_store
+    from skillstate.training_data import grpo_rows
+
+    store = open_store(db, create=False)
+    rows, skipped = grpo_rows(store, store.require_run(run_id).run_id)
+    _write_rows(output, rows)
+    note = f"; {skipped} multi-turn or tool-calling items skipped (not exported yet)" if skipped else ""
+    click.echo(f"wrote {len(rows)} groups to {output}{note}")
+
+
+def _write_rows(output: str, rows: list[dict[str, Any]]) -> None:
     try:
         with Path(output).open("w", encoding="utf-8") as fh:
             fh.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     except OSError as err:
         raise UserError(f"cannot write {output}: {err.strerror or err}") from None
-    note = f"; {skipped} multi-turn or tool-calling trajectories skipped (not exported yet)" if skipped else ""
-    click.echo(f"wrote {len(rows)} conversations to {output}{note}")
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})

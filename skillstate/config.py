@@ -207,6 +207,10 @@ class SkillConfig(BaseModel):
         None, gt=0, description="Stop cleanly once the LLM requests this run sent cost this much (resumable with a "
                                 "higher budget).")
 
+    samples: int = Field(
+        1, ge=1, le=64, description="An evaluation run's samples per item: with G > 1, G distinct requests per item "
+                                    "(seed 0..G-1; set target.temperature above 0), for GRPO groups (export-grpo).")
+
     # stop conditions: each stops cleanly at an event boundary, is recorded (StopConditionMet) and resumable
     stop_after_no_improvement: int | None = Field(
         None, ge=1, description="Stop before a step once the best score has not improved for this many steps (a "

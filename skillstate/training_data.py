@@ -1,5 +1,12 @@
 """Data for weight training from a run's log (skillstate trains no weights).
 
+`grpo_rows` turns an evaluation run with `samples` G > 1 into TRL's
+conversational prompt-only rows for GRPOTrainer: the `prompt` (the
+messages the target was sent), and per row the G `sampled_completions`,
+their `rewards` (the run's gate metric of each) and their group-relative
+`advantages` (reward minus the group's mean, over its standard deviation;
+zeros for a group whose rewards are all equal).
+
 `sft_rows` turns the successful rollouts of a run's steps into rows of TRL's
 conversational language-modeling format (one `messages` column of
 `{"role", "content"}` dicts, which SFTTrainer loads as is). The system
@@ -53,4 +60,35 @@ def sft_rows(store: Store, run_id: str) -> tuple[list[dict[str, Any]], int]:
             if key not in seen:
                 seen.add(key)
                 rows.append({"messages": messages})
+    return rows, skipped
+
+
+def grpo_rows(store: Store, run_id: str) -> tuple[list[dict[str, Any]], int]:
+    """(rows, groups skipped because not single-turn) of an evaluation run sampled G > 1 times per item."""
+    from skillstate.bank.advantages import group_advantages
+    from skillstate.engine.loading import load_run
+    from skillstate.errors import UserError
+    from skillstate.gate import gate_score
+    from skillstate.values import ItemResult
+
+    state = load_run(store, run_id).state
+    test = state.tests.get("eval")
+    if state.kind != "eval" or test is None or not test.results or int(state.config.get("samples", 1)) < 2:
+        raise UserError(f"run {run_id!r} is not an evaluation run with samples: make one with skillstate eval "
+                        "--skill FILE --split train --samples 4 --set target.temperature=1.0")
+    groups: dict[str, list[ItemResult]] = {}
+    for raw in json.loads(store.get_blob(test.results)):
+        r = ItemResult.model_validate(raw)
+        groups.setdefault(r.item_id, []).append(r)
+    metric, weight = state.config.get("gate_metric", "hard"), state.config.get("gate_mixed_weight", 0.5)
+    rows, skipped = [], 0
+    for item_id, results in groups.items():
+        messages = _messages(json.loads(store.get_blob(results[0].trajectory))) if results[0].trajectory else None
+        if messages is None:
+            skipped += 1
+            continue
+        rewards = [gate_score(r.hard, r.soft, metric, weight) for r in results]
+        rows.append({"prompt": messages[:-1], "task_id": item_id, "category": results[0].task_type or None,
+                     "sampled_completions": [r.prediction for r in results], "rewards": rewards,
+                     "advantages": group_advantages(rewards)})
     return rows, skipped

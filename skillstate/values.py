@@ -87,12 +87,15 @@ class ItemResult(Frozen):
     turns: int = 0  # actions taken (multi-turn)
     seed: int | None = None  # what the environment was reset with (multi-turn)
     retrieved: list[RetrievedSkill] = []  # mode bank: the skills the agent was shown (left out of dumps when none)
+    sample: int | None = None  # one of `samples` per item (eval runs for GRPO groups; left out of dumps when None)
 
     @model_serializer(mode="wrap")
-    def _without_empty_retrieval(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _without_unset_extras(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = handler(self)
-        if not data.get("retrieved"):  # a skill-mode result dumps exactly as before the bank existed
+        if not data.get("retrieved"):  # a result dumps exactly as before the bank and sampling existed
             data.pop("retrieved", None)
+        if data.get("sample") is None:
+            data.pop("sample", None)
         return data
 
     def all_calls(self) -> list[CallRef]:

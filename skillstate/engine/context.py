@@ -117,10 +117,10 @@ class RunContext:
     # -- LLM calls ----------------------------------------------------------
 
     def llm(self, role: str, messages: list[dict[str, Any]], response_format: dict[str, Any] | None = None,
-            tools: list[dict[str, Any]] | None = None) -> CallResult:
+            tools: list[dict[str, Any]] | None = None, seed: int | None = None) -> CallResult:
         cfg = getattr(self.config, role)
         request = ChatRequest.build(self.config.backend, self.config.model_for(role), messages,
-                                    cfg.temperature, cfg.max_tokens, response_format, tools)
+                                    cfg.temperature, cfg.max_tokens, response_format, tools, seed)
         if self.in_background:
             return self.background_clients[role].complete(request)
         return self._foreground(self.clients[role].complete, request)  # holds a slot unless its task does

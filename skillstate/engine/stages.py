@@ -38,14 +38,16 @@ from skillstate.util import canonical_json
 # --- rollouts and evaluation --------------------------------------------
 
 
-def rollout_one(ctx: RunContext, skill: str, item: dict[str, Any]) -> ItemResult:
-    """One item rolled out with `skill`. An environment that raises stops the
-    run (EnvFailure); an LLM stop raised inside the rollout passes through."""
+def rollout_one(ctx: RunContext, skill: str, item: dict[str, Any], sample: int | None = None) -> ItemResult:
+    """One item rolled out with `skill` (as sample `sample` of several: its
+    requests carry that index as their seed). An environment that raises
+    stops the run (EnvFailure); an LLM stop raised inside the rollout passes
+    through."""
     raised: list[BaseException] = []
 
     def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
         try:
-            return ctx.llm("target", messages, tools=tools)
+            return ctx.llm("target", messages, tools=tools, seed=sample)
         except BaseException as err:
             raised.append(err)
             raise
@@ -66,7 +68,7 @@ def rollout_one(ctx: RunContext, skill: str, item: dict[str, Any]) -> ItemResult
         item_id=item["id"], task_type=out.task_type, hard=out.hard, soft=out.soft, fail_reason=out.fail_reason,
         prediction=out.prediction, trajectory=ctx.put_blob(canonical_json(stored)),
         call=out.call.ref if out.call else None, calls=[c.ref for c in out.calls], turns=out.turns,
-        seed=out.seed, retrieved=retrieved,
+        seed=out.seed, retrieved=retrieved, sample=sample,
     )
 
 
@@ -324,11 +326,26 @@ def test_eval(label: str) -> Callable[[RunContext, RunState], list[Event]]:
 
 
 def eval_skill(ctx: RunContext, state: RunState) -> list[Event]:
-    """An evaluation run: score its skill on its split."""
+    """An evaluation run: score its skill on its split; with `samples` G > 1,
+    G distinct samples of every item (GRPO groups, `export-grpo`)."""
     split = state.eval_split or ctx.config.test_split
     skill = need(state.initial_skill, "the initial skill")
+    if ctx.config.samples > 1:
+        return [_sampled(ctx, skill, split)]
     scores, blob, usage = evaluate(ctx, skill, split)
     return [TestEvaluated(label="eval", split=split, skill=skill, scores=scores, results=blob, usage_by_role=usage)]
+
+
+def _sampled(ctx: RunContext, skill_hash: str, split: str) -> TestEvaluated:
+    """Every item of `split`, `samples` times (sample i's requests carry seed i); results item by item."""
+    cfg, skill = ctx.config, ctx.blob(skill_hash)
+    jobs = [(item, i) for item in ctx.env.items(split) for i in range(cfg.samples)]
+    results = ctx.map(lambda job: rollout_one(ctx, skill, job[0], job[1]), jobs)
+    check_rollout_errors(ctx, results)
+    scores = summarize(results, cfg.gate_metric, cfg.gate_mixed_weight, skill, cfg.semantic_density_weight)
+    blob = ctx.put_blob(canonical_json([r.model_dump(mode="json") for r in results]))
+    return TestEvaluated(label="eval", split=split, skill=skill_hash, scores=scores, results=blob,
+                         usage_by_role=usage_of([c for r in results for c in r.all_calls()]))
 
 
 def complete(ctx: RunContext, state: RunState) -> list[Event]:

@@ -21,14 +21,17 @@ class ChatRequest:
     max_tokens: int
     response_format: str | None = None  # canonical JSON of the `response_format` sent, if any
     tools: str | None = None  # canonical JSON of the `tools` list sent, if any
+    # A sample's index among G samples of the same prompt (sent as the API's `seed`): distinct samples are
+    # distinct requests, journaled and replayed one by one instead of collapsing into one.
+    seed: int | None = None
 
     @classmethod
     def build(cls, backend: str, model: str, messages: list[dict[str, Any]], temperature: float | None,
               max_tokens: int, response_format: dict[str, Any] | None = None,
-              tools: list[dict[str, Any]] | None = None) -> ChatRequest:
+              tools: list[dict[str, Any]] | None = None, seed: int | None = None) -> ChatRequest:
         fmt = canonical_json(response_format) if response_format is not None else None
         return cls(backend, model, tuple(_message_tuple(m) for m in messages), temperature, max_tokens, fmt,
-                   canonical_json(tools) if tools else None)
+                   canonical_json(tools) if tools else None, seed)
 
     def message_dicts(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -50,6 +53,8 @@ class ChatRequest:
             out["response_format"] = json.loads(self.response_format)
         if self.tools is not None:
             out["tools"] = json.loads(self.tools)
+        if self.seed is not None:
+            out["seed"] = self.seed
         return out
 
     @property

@@ -73,6 +73,8 @@ class OpenAIBackend:
             kwargs["response_format"] = json.loads(request.response_format)
         if request.tools is not None:
             kwargs["tools"] = request.tool_list()
+        if request.seed is not None:
+            kwargs["seed"] = request.seed
         try:
             raw = self.client.chat.completions.with_raw_response.create(**kwargs)
         except openai.APIStatusError as err:

@@ -229,7 +229,8 @@ class EpisodeWorld:
                 done += 1
         return True
 
-    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, list[ToolCall]]:
+    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+              seed: int | None = None) -> tuple[str, list[ToolCall]]:  # the sim agents answer every sample alike
         skill = next((m["content"] for m in messages if m["role"] == "system"), "")
         user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         match = _PROMPT.search(user)
@@ -308,7 +309,8 @@ class ToolWorld:
                 p *= harm.factor
         return unit_float("sim-tool-use", item["id"]) < p
 
-    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, list[ToolCall]]:
+    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+              seed: int | None = None) -> tuple[str, list[ToolCall]]:  # the sim agents answer every sample alike
         skill = next((m["content"] for m in messages if m["role"] == "system"), "")
         task = next((m["content"] for m in messages if m["role"] == "user"), "").strip()
         item = self.by_task.get(task)

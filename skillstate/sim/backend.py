@@ -30,12 +30,14 @@ class SimBackend:
         self.world = world
         self.optimizer = SimOptimizer(world)
 
-    def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> ChatResponse:
-        return self.answer(messages, tools)[1]
+    def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                seed: int | None = None) -> ChatResponse:
+        return self.answer(messages, tools, seed)[1]
 
-    def answer(self, messages: list[dict[str, Any]],
-               tools: list[dict[str, Any]] | None = None) -> tuple[str, ChatResponse]:
-        """(the role that answered, "target" or "optimizer"; the reply)."""
+    def answer(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+               seed: int | None = None) -> tuple[str, ChatResponse]:
+        """(the role that answered, "target" or "optimizer"; the reply). A `seed` (a sample's index) makes the
+        question-answering target answer as another sample would."""
         user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         calls: list[ToolCall] = []
         role = "optimizer"
@@ -45,14 +47,15 @@ class SimBackend:
             text = self.optimizer.reply_to(request, str(user), seeded_rng("sim-optimizer", hash_value(messages)))
         else:
             role = "target"
-            text, calls = self.world.reply(messages, tools or [])
+            text, calls = (self.world.reply(messages, tools or []) if seed is None
+                           else self.world.reply(messages, tools or [], seed=seed))
         prompt_tokens = sum(_tokens(str(m.get("content") or "")) for m in messages)
         out_tokens = _tokens(text) + sum(_tokens(c.arguments) for c in calls)
         return role, ChatResponse(text=text, prompt_tokens=prompt_tokens, completion_tokens=out_tokens,
                                   finish_reason="tool_calls" if calls else "stop", tool_calls=tuple(calls))
 
     def complete(self, request: ChatRequest) -> ChatResponse:
-        return self.respond(request.message_dicts(), request.tool_list())
+        return self.respond(request.message_dicts(), request.tool_list(), request.seed)
 
 
 def sim_world_for(env: SkillEnv) -> Any:

@@ -197,7 +197,8 @@ class SimServer:
                     self._misbehave(fault)
                     return
                 try:
-                    role, reply = server.backend.answer(body.get("messages") or [], body.get("tools") or [])
+                    seed = body.get("seed") if isinstance(body.get("seed"), int) else None
+                    role, reply = server.backend.answer(body.get("messages") or [], body.get("tools") or [], seed)
                 except LookupError as err:  # a task this world does not hold: the server plays another env
                     self._send(400, {"error": {"message": str(err), "type": "invalid_request_error"}})
                     return

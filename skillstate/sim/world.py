@@ -117,11 +117,12 @@ class SimWorld:
         """The rule kinds a failure shown to an analyst points at: here its task type."""
         return [str(failure.get("task_type", ""))]
 
-    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, list[Any]]:
-        """The target's (text, tool calls) for a request."""
+    def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+              seed: int | None = None) -> tuple[str, list[Any]]:
+        """The target's (text, tool calls) for a request; `seed` picks another sample."""
         system = next((m["content"] for m in messages if m["role"] == "system"), "")
         user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-        return self.answer(system, user), []
+        return self.answer(system, user, seed), []
 
     def find_item(self, user_text: str) -> dict[str, Any] | None:
         match = re.search(r"Question:\s*(.+)", user_text)
@@ -141,12 +142,13 @@ class SimWorld:
                 p *= harm.factor
         return p
 
-    def answer(self, skill: str, user_text: str) -> str:
+    def answer(self, skill: str, user_text: str, seed: int | None = None) -> str:
         item = self.find_item(user_text)
         if item is None:
             return "I don't know."
         task_type = item.get("task_type", "")
-        right = unit_float("sim-item", item["id"]) < self.chance(skill, task_type)
+        draw = item["id"] if seed is None else f"{item['id']}#{seed}"  # each sample draws on its own
+        right = unit_float("sim-item", draw) < self.chance(skill, task_type)
         answer = item["answers"][0] if right else self.wrong_answer(item)
         if "single word" in skill.lower():
             answer = answer.replace(",", " ").split()[0] if answer.split() else answer
