@@ -102,9 +102,10 @@ class BankConfig(BaseModel):
     evolution_threshold: float = Field(
         0.4, ge=0.0, le=1.0, description="Categories whose validation success is below this are evolved.")
     evolve_samples: int = Field(8, ge=1, description="Failures shown to the teacher per evolution.")
-    embedder: Literal["sim", "openai"] = Field(
+    embedder: Literal["sim", "openai", "local"] = Field(
         "sim", description="sim: a deterministic offline embedder; openai: the embeddings API at the optimizer's "
-                           "endpoint, every vector journaled in the call table.")
+                           "endpoint; local: all-MiniLM-L6-v2 on the CPU (extra embeddings). openai and local "
+                           "vectors are journaled in the call table.")
     embedding_model: str = Field("text-embedding-3-small", description="The model of embedder openai.")
     trajectories: str | None = Field(
         None, description="A JSON or JSONL file of trajectories in SkillRL's format to distill the bank from before "

@@ -38,6 +38,7 @@ DEFAULT_PRICES: dict[str, Price] = {
     "text-embedding-3-small": (0.02, 0.0),
     "text-embedding-3-large": (0.13, 0.0),
     "text-embedding-ada-002": (0.10, 0.0),
+    "all-MiniLM-L6-v2": (0.0, 0.0),  # bank.embedder local: on this machine
     # nominal prices of the simulated models (see the module docstring)
     "sim-target": (0.15, 0.60),
     "sim-optimizer": (2.00, 8.00),

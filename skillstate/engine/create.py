@@ -119,6 +119,10 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     splits, default_skill = _dataset(config, env_cls, settings)
     if eval_split is not None and eval_split not in splits:
         raise ConfigError(f"unknown split {eval_split!r} (this run's splits: {', '.join(splits)})")
+    if config.mode == "bank" and config.bank.embedder == "local":
+        from skillstate.llm.embeddings import require_local_model
+
+        require_local_model()
     if config.mode == "bank":  # the bank is the run's skill: an empty one, or a bank file
         from skillstate.bank.document import EMPTY_BANK, bank_text, read_bank
 

