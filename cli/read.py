@@ -115,6 +115,12 @@ def show(run_id, step, as_json, db) -> None:
             if summary.get("kind") != "eval":  # an evaluation run has no steps
                 click.echo("")
                 click.echo("\n".join(history_lines(loaded.state.history)))
+            if loaded.state.config.get("mode") == "bank" and loaded.state.best_skill:
+                from skillstate.bank.document import read_bank
+                from skillstate.cli.render import bank_lines
+
+                click.echo("")
+                click.echo("\n".join(bank_lines(read_bank(store.get_blob(loaded.state.best_skill)))))
         return
     detail = step_detail(store, loaded, parse_step(step))
     if as_json:

@@ -288,6 +288,17 @@ def runs_lines(rows: list[dict[str, Any]], width: int | None = None) -> list[str
                         Col("baseline", num=True), Col("best", num=True), Col("at", num=True)], body, width)
 
 
+def bank_lines(bank, width: int | None = None) -> list[str]:
+    """`show` of a bank run: the best bank's skills (and its mistakes), one row each."""
+    rows = [[sk.id, sk.category or "general", sk.provenance.origin, sk.provenance.step, sk.title, sk.principle]
+            for sk in bank.skills]
+    lines = [f"best bank: {len(bank.skills)} skills ({len(bank.general())} general), {len(bank.mistakes)} mistakes"]
+    if rows:
+        lines.extend(table_lines([Col("skill"), Col("category", shrink=True), Col("origin"), Col("step", num=True),
+                                  Col("title", shrink=True), Col("principle", shrink=True)], rows, width))
+    return lines
+
+
 def history_lines(history, width: int | None = None) -> list[str]:
     """`show`'s table of steps: the budget, the decision and the scores of each."""
     rows = [[rec.step, rec.epoch, rec.edit_budget, rec.decision, fmt(rec.candidate_score), fmt(rec.current_score),

