@@ -473,6 +473,13 @@ class Store:
         if error is not None:
             raise error
 
+    def request_of(self, request_hash: str) -> dict[str, Any] | None:
+        """The request a hash stands for (its canonical JSON in the call table), or None."""
+        query = select(llm_calls.c.request).where(llm_calls.c.request_hash == request_hash).limit(1)
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        return json.loads(row[0]) if row is not None else None
+
     def read_calls(self, run_id: str) -> list[CallRecord]:
         """The calls a run sent, in the order they were recorded."""
         query = (select(llm_calls.c.id, llm_calls.c.role, llm_calls.c.request_hash, llm_calls.c.error,

@@ -12,8 +12,9 @@ conversational language-modeling format (one `messages` column of
 `{"role", "content"}` dicts, which SFTTrainer loads as is). The system
 message is what the agent was shown: the skill document, or in mode bank
 the skills retrieved for that task. Identical conversations are written
-once. Multi-turn episodes and tool-calling conversations are not exported
-yet; they are counted as skipped."""
+once. A successful multi-turn episode gives one row per turn: the exact
+prompt of that target call and the action it replied. Tool-calling
+conversations are not exported yet; they are counted as skipped."""
 
 from __future__ import annotations
 
@@ -53,14 +54,31 @@ def sft_rows(store: Store, run_id: str) -> tuple[list[dict[str, Any]], int]:
             if result.hard < 1 or not result.trajectory:
                 continue
             messages = _messages(json.loads(store.get_blob(result.trajectory)))
-            if messages is None:
+            conversations = [messages] if messages is not None else _turns(store, result.calls)
+            if not conversations:
                 skipped += 1
-                continue
-            key = canonical_json(messages)
-            if key not in seen:
-                seen.add(key)
-                rows.append({"messages": messages})
+            for conversation in conversations:
+                key = canonical_json(conversation)
+                if key not in seen:
+                    seen.add(key)
+                    rows.append({"messages": conversation})
     return rows, skipped
+
+
+def _turns(store: Store, calls: list[Any]) -> list[list[dict[str, str]]]:
+    """A successful episode as one conversation per turn: the exact prompt of each target call (the skill
+    as the system message, the episode so far as the user message) and the action the target replied."""
+    out = []
+    for ref in calls:
+        request, row = store.request_of(ref.request_hash), store.find_call(ref.request_hash)
+        if request is None or row is None or row.response is None or request.get("tools"):
+            return []  # a tool-calling episode, or a call the journal lacks: not exported
+        messages = _messages([*request.get("messages", []),
+                              {"role": "assistant", "content": row.response.get("text", "")}])
+        if messages is None:
+            return []
+        out.append(messages)
+    return out
 
 
 def grpo_rows(store: Store, run_id: str) -> tuple[list[dict[str, Any]], int]:
