@@ -338,9 +338,10 @@ def export_grpo(run_id, output, db) -> None:
     from skillstate.training_data import grpo_rows
 
     store = open_store(db, create=False)
-    rows, skipped = grpo_rows(store, store.require_run(run_id).run_id)
+    rows, skipped, failed = grpo_rows(store, store.require_run(run_id).run_id)
     _write_rows(output, rows)
     note = f"; {skipped} multi-turn or tool-calling items skipped (not exported yet)" if skipped else ""
+    note += f"; {failed} items left out: a sample's call failed" if failed else ""
     click.echo(f"wrote {len(rows)} groups to {output}{note}")
 
 

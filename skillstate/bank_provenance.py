@@ -23,12 +23,13 @@ def _matches(skill: BankSkill, text: str) -> bool:
                                                                          skill.when_to_apply))
 
 
-def _outcome(outcomes: dict[str, str], item_id: str, origin: str) -> str:
+def _outcome(outcomes: dict[tuple[int, str], str], step: int, item_id: str, origin: str) -> str:
+    """How a trajectory the teacher read had ended: the rollout of the step that distilled it."""
     if origin == "evolve":
         return "failed on validation"  # evolution is shown sampled validation failures
     if origin == "import":
         return "imported"
-    return outcomes.get(item_id, "unknown")
+    return outcomes.get((step, item_id), "unknown")
 
 
 def explain_bank(store: Store, run_id: str | None, text: str) -> dict[str, Any]:
@@ -45,11 +46,11 @@ def explain_bank(store: Store, run_id: str | None, text: str) -> dict[str, Any]:
         if isinstance(ev, (BankSeeded, SkillsDistilled, BankEvolved)):
             for skill in ev.added:
                 added.setdefault(skill.id, (ev, skill))
-    outcomes: dict[str, str] = {}  # item id -> how its latest train rollout ended
+    outcomes: dict[tuple[int, str], str] = {}  # (step, item id) -> how that step's rollout of it ended
     for ev in events:
         if isinstance(ev, RolloutCompleted):
             for r in ev.results:
-                outcomes[r.item_id] = "solved" if r.hard >= 1 else (r.fail_reason or "failed")
+                outcomes[(ev.step, r.item_id)] = "solved" if r.hard >= 1 else (r.fail_reason or "failed")
     gates = {ev.step: ev for ev in events if isinstance(ev, GateDecided)}
     shown: dict[str, int] = {}
     for ev in events:
@@ -68,7 +69,8 @@ def explain_bank(store: Store, run_id: str | None, text: str) -> dict[str, Any]:
             "id": skill_id, "title": skill.title, "principle": skill.principle, "category": skill.category,
             "when_to_apply": skill.when_to_apply, "origin": skill.provenance.origin, "event": ev.type, "step": step,
             "call": getattr(ev, "call", None) and ev.call.request_hash,
-            "trajectories": [{"id": i, "outcome": _outcome(outcomes, i, skill.provenance.origin)}
+            "trajectories": [{"id": i, "outcome": _outcome(outcomes, skill.provenance.step, i,
+                                                           skill.provenance.origin)}
                              for i in skill.provenance.trajectories],
             "refines": ({"id": skill.provenance.refines, "principle": refined[1].principle} if refined else
                         skill.provenance.refines),

@@ -263,6 +263,9 @@ class SkillConfig(BaseModel):
             if clash:
                 raise ValueError(f"mode bank grows a bank of skills, not one document: {clash[0]} does not apply "
                                  "to it (leave it at its default)")
+            if self.bank.embedder == "openai" and self.backend == "sim" and not self.optimizer.base_url:
+                raise ValueError("bank.embedder openai calls an embeddings endpoint: with backend sim, set "
+                                 "optimizer.base_url to one, or use bank.embedder sim offline")
         return self
 
     def model_for(self, role: str) -> str:

@@ -81,8 +81,9 @@ def _turns(store: Store, calls: list[Any]) -> list[list[dict[str, str]]]:
     return out
 
 
-def grpo_rows(store: Store, run_id: str) -> tuple[list[dict[str, Any]], int]:
-    """(rows, groups skipped because not single-turn) of an evaluation run sampled G > 1 times per item."""
+def grpo_rows(store: Store, run_id: str) -> tuple[list[dict[str, Any]], int, int]:
+    """(rows, groups skipped because not single-turn, groups left out because a sample's call failed) of an
+    evaluation run sampled G > 1 times per item."""
     from skillstate.bank.advantages import group_advantages
     from skillstate.engine.loading import load_run
     from skillstate.errors import UserError
@@ -99,8 +100,11 @@ def grpo_rows(store: Store, run_id: str) -> tuple[list[dict[str, Any]], int]:
         r = ItemResult.model_validate(raw)
         groups.setdefault(r.item_id, []).append(r)
     metric, weight = state.config.get("gate_metric", "hard"), state.config.get("gate_mixed_weight", 0.5)
-    rows, skipped = [], 0
+    rows, skipped, failed = [], 0, 0
     for item_id, results in groups.items():
+        if any(r.fail_reason.startswith("rollout_error") for r in results):
+            failed += 1  # a sample the endpoint never answered has no completion to learn from
+            continue
         messages = _messages(json.loads(store.get_blob(results[0].trajectory))) if results[0].trajectory else None
         if messages is None:
             skipped += 1
@@ -109,4 +113,4 @@ def grpo_rows(store: Store, run_id: str) -> tuple[list[dict[str, Any]], int]:
         rows.append({"prompt": messages[:-1], "task_id": item_id, "category": results[0].task_type or None,
                      "sampled_completions": [r.prediction for r in results], "rewards": rewards,
                      "advantages": group_advantages(rewards)})
-    return rows, skipped
+    return rows, skipped, failed

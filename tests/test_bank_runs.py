@@ -277,3 +277,13 @@ def test_show_lists_the_bank_and_a_steps_distill_validate_and_evolve(bank_run):
     assert res.exit_code == 0, res.output
     out = res.output
     assert out.index("distill (") < out.index("validated on val") < out.index("evolve (") < out.index("gate:")
+
+
+def test_a_teachers_category_is_read_as_the_data_spells_it():
+    from skillstate.engine.bank import _category
+
+    known = ["letter_counting", "unit_conversion"]
+    assert _category("Unit Conversion", known) == ("unit_conversion", True)
+    assert _category("general", known) == (None, True) and _category("null", known) == (None, True)
+    assert _category(None, known) == (None, True)
+    assert _category("cooking", known) == ("cooking", False)  # dropped as unknown_category: never retrieved

@@ -29,7 +29,7 @@ from skillstate.bank.skills import Bank, BankSkill, normalize_text
 DEFAULT_DEDUP_THRESHOLD = 0.85
 
 EmbedFn = Callable[[list[str]], list[list[float]]]
-DropReason = Literal["title_match", "similar", "empty", "id_taken", "over_budget"]
+DropReason = Literal["title_match", "similar", "empty", "id_taken", "over_budget", "unknown_category"]
 
 
 class DroppedSkill(BaseModel):

@@ -13,9 +13,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from skillstate.bank.dedup import DroppedSkill, dedupe
-from skillstate.bank.document import bank_text, read_bank
+from skillstate.bank.document import bank_text, category_of, read_bank
 from skillstate.bank.evolution import categories_to_evolve, failure_sample_plan
-from skillstate.bank.skills import Bank, BankSkill, Origin, SkillProvenance
+from skillstate.bank.skills import Bank, BankSkill, Origin, SkillProvenance, normalize_text
 from skillstate.bank.trajectories import Trajectory
 from skillstate.config import SkillConfig
 from skillstate.engine.context import RunContext, item_view
@@ -91,26 +91,52 @@ def _views(ctx: RunContext, results: list[ItemResult]) -> list[dict[str, Any]]:
     return [item_view(ctx.env, r, json.loads(ctx.blob(need(r.trajectory, "a trajectory")))) for r in results]
 
 
-def _proposals(reply: TeacherReply, origin: Origin, step: int, item_ids: list[str]) -> list[BankSkill]:
-    out = []
+GENERAL_NAMES = frozenset({"", "general", "null", "none", "any", "all"})
+
+
+def known_categories(ctx: RunContext) -> list[str]:
+    """The task categories of the run's data, every split."""
+    cfg = ctx.config
+    return sorted({c for split in (cfg.train_split, cfg.val_split, cfg.test_split) for item in ctx.env.items(split)
+                   if (c := category_of(item))})
+
+
+def _category(raw: str | None, known: list[str]) -> tuple[str | None, bool]:
+    """(the category a teacher named, as the data spells it, or None for general; whether the data has it)."""
+    if raw is None or normalize_text(raw) in GENERAL_NAMES:
+        return None, True
+    found = {normalize_text(k): k for k in known}.get(normalize_text(raw))
+    return (found, True) if found else (raw.strip(), False)
+
+
+def _proposals(reply: TeacherReply, origin: Origin, step: int, item_ids: list[str],
+               known: list[str]) -> tuple[list[BankSkill], list[DroppedSkill]]:
+    """The reply's skills, and those filed under a category the data does not have (never retrieved)."""
+    out, unknown = [], []
     for s in reply.skills:
+        category, ok = _category(s.category, known)
         try:
-            out.append(BankSkill.make(s.title.strip(), s.principle.strip(), category=(s.category or None),
-                                      when_to_apply=s.when_to_apply.strip(),
-                                      provenance=SkillProvenance(trajectories=item_ids, origin=origin, step=step,
-                                                                 refines=s.refines or None)))
+            skill = BankSkill.make(s.title.strip(), s.principle.strip(), category=category,
+                                   when_to_apply=s.when_to_apply.strip(),
+                                   provenance=SkillProvenance(trajectories=item_ids, origin=origin, step=step,
+                                                              refines=s.refines or None))
         except ValidationError:
             continue  # a malformed proposal adds nothing
-    return out
+        if ok:
+            out.append(skill)
+        else:
+            unknown.append(DroppedSkill(skill=skill, reason="unknown_category"))
+    return out, unknown
 
 
 def _admit(ctx: RunContext, bank: Bank, reply: TeacherReply, origin: Origin, step: int,
            item_ids: list[str]) -> tuple[list[BankSkill], list[DroppedSkill]]:
     """The proposals of one teacher reply that the bank takes: deduplicated, at most max_new_skills."""
     cfg = ctx.config.bank
-    found = dedupe(bank, _proposals(reply, origin, step, item_ids), ctx.embedder.embed, cfg.dedup_threshold)
+    proposed, unknown = _proposals(reply, origin, step, item_ids, known_categories(ctx))
+    found = dedupe(bank, proposed, ctx.embedder.embed, cfg.dedup_threshold)
     added, over = found.added[: cfg.max_new_skills], found.added[cfg.max_new_skills:]
-    return added, list(found.dropped) + [DroppedSkill(skill=s, reason="over_budget") for s in over]
+    return added, unknown + list(found.dropped) + [DroppedSkill(skill=s, reason="over_budget") for s in over]
 
 
 def _parsed(result: Any) -> tuple[str, TeacherReply | None]:
@@ -159,7 +185,8 @@ def seed_bank(ctx: RunContext, state: RunState) -> list[Event]:
         views = [[_trajectory_view(t, ep.reflect_max_turns, ep.max_observation_chars) for t in side]
                  for side in chunk]
         return compose(ctx, state, "distill", bank=to_json(start.model_dump(mode="json")),
-                       successes=to_json(views[0]), failures=to_json(views[1]), max_new=cfg.bank.max_new_skills)
+                       known_categories=", ".join(known_categories(ctx)), successes=to_json(views[0]),
+                       failures=to_json(views[1]), max_new=cfg.bank.max_new_skills)
 
     results = ctx.map(lambda text: ctx.optimizer(text, reply=TeacherReply), [prompt(c) for c in chunks])
     statuses, added, dropped, mistakes = [], [], [], []
@@ -189,6 +216,7 @@ def distill(ctx: RunContext, state: RunState) -> list[Event]:
         shown[side] = rng.sample(side_results, min(cfg.minibatch_size, len(side_results)))
     bank = read_bank(ctx.blob(p.base_skill))
     prompt = compose(ctx, state, "distill", bank=to_json(bank.model_dump(mode="json")),
+                     known_categories=", ".join(known_categories(ctx)),
                      successes=to_json(_views(ctx, shown["successes"])),
                      failures=to_json(_views(ctx, shown["failures"])), max_new=cfg.bank.max_new_skills)
     ids = [r.item_id for side in shown.values() for r in side]
@@ -229,6 +257,7 @@ def evolve(ctx: RunContext, state: RunState) -> list[Event]:
     shown = [by_id[i] for ids in samples.values() for i in ids]
     bank = read_bank(ctx.blob(need(state.current_skill, "the current bank")))
     prompt = compose(ctx, state, "evolve", bank=to_json(bank.model_dump(mode="json")), categories=", ".join(weak),
+                     known_categories=", ".join(known_categories(ctx)),
                      rates=to_json({t: round(r, 3) for t, r in sorted(rates.items())}),
                      failures=to_json(_views(ctx, shown)), max_new=bcfg.max_new_skills)
     status, added, dropped, _mistakes, call = _ask(ctx, state, prompt, bank, "evolve", [r.item_id for r in shown])

@@ -89,8 +89,10 @@ class RunContext:
         self._local = threading.local()
         self._fetched: dict[tuple[str, ...], Future[None]] = {}
         self._dropped: set[tuple[str, ...]] = set()
+        self._closing = False
 
     def close(self) -> None:
+        self._closing = True  # background work still waiting for a slot returns without running
         self._ahead.shutdown(wait=True, cancel_futures=True)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
@@ -184,7 +186,7 @@ class RunContext:
 
     def _background(self, lane: str, key: tuple[str, ...], fn: Callable[..., Any], *args: Any) -> None:
         with self._slots.hold(lane):
-            if key in self._dropped:
+            if key in self._dropped or self._closing:
                 return
             self._local.background = True
             try:

@@ -123,6 +123,10 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
         from skillstate.llm.embeddings import require_local_model
 
         require_local_model()
+    if config.mode == "bank" and config.bank.embedder == "openai":
+        from skillstate.llm.embeddings import OpenAIEmbeddings
+
+        OpenAIEmbeddings(config.optimizer)  # its key and endpoint settings, before anything is written
     if config.mode == "bank":  # the bank is the run's skill: an empty one, or a bank file
         from skillstate.bank.document import EMPTY_BANK, bank_text, read_bank
 

@@ -195,13 +195,13 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
         role: client.sibling(AheadHealth(health)) for role, client in clients.items()}
     ctx = RunContext(store=store, run_id=run_id, config=config, env=env, prompts=prompts, clients=clients,
                      log=log, on_progress=on_progress, health=health, background_clients=ahead)
-    if state.kind == "train" and config.mode == "bank" and config.bank.embedder != "sim":
+    if config.mode == "bank" and config.bank.embedder != "sim":  # training and evaluation runs alike
         from skillstate.llm.embeddings import LOCAL_MODEL, JournaledEmbedder, LocalEmbeddings, OpenAIEmbeddings
 
         local = config.bank.embedder == "local"
         source = None if verifying else LocalEmbeddings() if local else OpenAIEmbeddings(config.optimizer)
         ctx.embedder = JournaledEmbedder(source, store, run_id=run_id, run_ids=scope, before=verify_until,
-                                         model=LOCAL_MODEL if local else config.bank.embedding_model)
+                                         model=LOCAL_MODEL if local else config.bank.embedding_model, budget=budget)
     models: dict[str, list[str]] = {}  # one warning per model, whatever roles share it
     for role in roles_of(state.kind):
         models.setdefault(config.model_for(role), []).append(role)

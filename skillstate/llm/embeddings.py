@@ -101,9 +101,10 @@ class JournaledEmbedder:
     """An Embedder (`skillstate.bank.embedding`) whose vectors live in the call journal."""
 
     def __init__(self, backend: OpenAIEmbeddings | LocalEmbeddings | None, store: Store, *, run_id: str, model: str,
-                 run_ids: list[str] | None = None, before: Any = None):
+                 run_ids: list[str] | None = None, before: Any = None, budget: Any = None):
         self.backend, self.store, self.run_id, self._model = backend, store, run_id, model
         self.run_ids, self.before = run_ids, before  # before: verify's "as of" time, as for chat calls
+        self.budget = budget  # skillstate.pricing.Budget: embeddings are paid for like chat calls
         self._lock = threading.Lock()  # one sender at a time: a text is never sent twice by two threads
 
     @property
@@ -136,8 +137,12 @@ class JournaledEmbedder:
                     else:
                         found[text] = vector
                 if still:
+                    if self.budget is not None:
+                        self.budget.check()
                     start = time.perf_counter()
                     vectors, tokens = self.backend.embed(self._model, still)
+                    if self.budget is not None:
+                        self.budget.add(self._model, tokens, 0)
                     latency = (time.perf_counter() - start) * 1000 / len(still)
                     for i, (text, vector) in enumerate(zip(still, vectors, strict=True)):
                         h, body = embedding_request(self._model, text)
