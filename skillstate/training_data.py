@@ -21,10 +21,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from skillstate.engine.loading import lineage_events
+from skillstate.bank.advantages import group_advantages
+from skillstate.engine.loading import lineage_events, load_run
+from skillstate.errors import UserError
 from skillstate.events import RolloutCompleted
+from skillstate.gate import gate_score
 from skillstate.store import Store
 from skillstate.util import canonical_json
+from skillstate.values import ItemResult
 
 ROLES = ("system", "user", "assistant")
 
@@ -84,12 +88,6 @@ def _turns(store: Store, calls: list[Any]) -> list[list[dict[str, str]]]:
 def grpo_rows(store: Store, run_id: str) -> tuple[list[dict[str, Any]], int, int]:
     """(rows, groups skipped because not single-turn, groups left out because a sample's call failed) of an
     evaluation run sampled G > 1 times per item."""
-    from skillstate.bank.advantages import group_advantages
-    from skillstate.engine.loading import load_run
-    from skillstate.errors import UserError
-    from skillstate.gate import gate_score
-    from skillstate.values import ItemResult
-
     state = load_run(store, run_id).state
     test = state.tests.get("eval")
     if state.kind != "eval" or test is None or not test.results or int(state.config.get("samples", 1)) < 2:
