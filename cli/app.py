@@ -134,7 +134,7 @@ def budget_option(fn):
 
 
 def parse_sets(assignments: tuple[str, ...]) -> dict[str, Any]:
-    from skillstate.config import parse_assignment
+    from skillstate.config_sources import parse_assignment
 
     out: dict[str, Any] = {}
     for text in assignments:

@@ -61,7 +61,8 @@ def sim_server(port, data, env_name, config_file, latency) -> None:
 def sim_world_named(env_name: str | None, data: str | None, config_file: str | None = None):
     """The sim world of an environment, on its built-in tasks or a dataset
     directory; with a config file, the environment of that run config."""
-    from skillstate.config import SkillConfig, load_config_file, validate_config
+    from skillstate.config import SkillConfig, validate_config
+    from skillstate.config_sources import load_config_file
     from skillstate.envs.registry import apply_settings, env_settings, resolve_env
     from skillstate.sim.backend import sim_world_for
     from skillstate.sim.world import SimWorld, bundled_splits

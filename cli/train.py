@@ -133,7 +133,7 @@ def config_with_backend(config_file: str | None, overrides: dict[str, Any], *, b
     model other than the sim names, or a base URL, with no backend chosen (by
     flag, --set, the config file or the run being resumed) means backend
     openai; with backend sim chosen, it is refused."""
-    from skillstate.config import build_config, load_config_file
+    from skillstate.config_sources import build_config, load_config_file
 
     config = build_config(config_file, overrides, base=base)
     models = dict.fromkeys(getattr(config, role).model for role in roles)
@@ -194,7 +194,7 @@ def resume(run_id, max_cost_usd, assignments, quiet, as_json, db) -> None:
         skillstate resume --set stop_after_no_improvement=6   # after a stop condition
     """
     from skillstate.cli.render import printer
-    from skillstate.config import build_config
+    from skillstate.config_sources import build_config
     from skillstate.engine.runner import load_run
     from skillstate.store import open_store
     from skillstate.trainer import Trainer

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from skillstate.chain import check_chain, label
 from skillstate.engine.runner import build_context, config_of, drive, lineage_events, load_run
 from skillstate.errors import EnvFailure, ReplayMissError, UserError
-from skillstate.events import Event, RunForked, StopConditionMet, encode
+from skillstate.event_codec import encode
+from skillstate.events import Event, RunForked, StopConditionMet
 from skillstate.reducer import RunState, reduce
 from skillstate.store import GENESIS, Store, StoredEvent
 from skillstate.util import canonical_json, sha256_text

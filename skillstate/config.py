@@ -1,30 +1,19 @@
-"""The run configuration: one pydantic model holding every knob.
-
-A config loads from YAML or TOML, takes `key=value` overrides with dotted
-keys (`target.model=gpt-4o-mini`), and is stored in the log at run start with
-secrets removed. Keys the spec names keep the spec's names and defaults.
+"""The run configuration: one pydantic model holding every knob, the keys
+a resume may change, validation with one-line errors, and the views of a
+config stored in the log (secrets removed). Keys the spec names keep the
+spec's names and defaults. Reading a config from files and `key=value`
+overrides is `skillstate.config_sources`.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 import re
-import sys
-from functools import cache
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from skillstate.errors import ConfigError
-from skillstate.prompts import is_prompt_file
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 Backend = Literal["sim", "openai"]
 Scheduler = Literal["constant", "linear", "cosine"]
@@ -295,19 +284,19 @@ RUNTIME_KEYS = {
 DICT_KEYS = ("prompts", "prices", "env_config")
 
 
-def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten_keys(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, item in value.items():
         path = f"{prefix}{key}"
         if isinstance(item, dict) and key not in DICT_KEYS:
-            out.update(_flatten(item, path + "."))
+            out.update(flatten_keys(item, path + "."))
         else:
             out[path] = item
     return out
 
 
 def config_keys() -> list[str]:
-    return sorted(_flatten(SkillConfig().model_dump()))
+    return sorted(flatten_keys(SkillConfig().model_dump()))
 
 
 def _describe(err: ValidationError) -> str:
@@ -315,11 +304,11 @@ def _describe(err: ValidationError) -> str:
     loc = ".".join(str(p) for p in first["loc"]) or "config"
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        return _unknown_key(loc)
+        return unknown_key(loc)
     return f"invalid config value for {loc}: {msg}"
 
 
-def _unknown_key(key: str) -> str:
+def unknown_key(key: str) -> str:
     close = difflib.get_close_matches(key, config_keys(), n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     return f"unknown config key '{key}'{hint}"
@@ -330,162 +319,6 @@ def validate_config(data: dict[str, Any]) -> SkillConfig:
         return SkillConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_describe(err)) from None
-
-
-def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML or TOML file into a plain dict (not yet validated), with
-    its relative paths made absolute (see `_resolve_paths`)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a BOM at the start is fine
-    except OSError as err:
-        raise ConfigError(f"cannot read config file {path}: {err.strerror or err}") from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"config file {path} is not UTF-8 text (byte {err.start}); is it a YAML or TOML "
-                          "file?") from None
-    try:
-        if path.suffix.lower() == ".toml":
-            data = tomllib.loads(text)
-        else:
-            data = yaml.safe_load(text)
-    except (yaml.YAMLError, tomllib.TOMLDecodeError) as err:
-        first_line = str(err).strip().splitlines()[0]
-        raise ConfigError(f"config file {path} is not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: "
-                          f"{first_line}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping of keys to values")
-    return _resolve_paths(data, path)
-
-
-def _resolve_paths(data: dict[str, Any], file: Path) -> dict[str, Any]:
-    """`data`, `initial_skill` and the prompt overrides that name a file are
-    relative to the config file's folder: make them absolute."""
-    folder = Path(os.path.abspath(file)).parent
-
-    def absolute(value: Any) -> Any:
-        if not isinstance(value, str) or not value.strip():
-            return value
-        path = Path(value.strip()).expanduser()
-        return value if path.is_absolute() else os.path.normpath(folder / path)
-
-    out = {key: absolute(data[key]) if key in ("data", "initial_skill") else value for key, value in data.items()}
-    if isinstance(data.get("prompts"), dict):
-        out["prompts"] = {name: absolute(value) if isinstance(value, str) and is_prompt_file(value) else value
-                          for name, value in data["prompts"].items()}
-    return out
-
-
-@cache
-def _field_adapter(key: str) -> TypeAdapter[Any] | None:
-    """A validator of the type of a flattened config key (no bounds), or None for an unknown key."""
-    model: Any = SkillConfig
-    *parents, name = key.split(".")
-    for part in parents:
-        field = model.model_fields.get(part)
-        model = field.annotation if field else None
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return None
-    field = model.model_fields.get(name)
-    return TypeAdapter(field.annotation) if field else None
-
-
-def _as_tuples(value: Any) -> Any:
-    """TOML and YAML have no tuples: a list stands for one (`prices`)."""
-    if isinstance(value, dict):
-        return {k: _as_tuples(v) for k, v in value.items()}
-    return tuple(_as_tuples(v) for v in value) if isinstance(value, list) else value
-
-
-def _check_file_types(flat: dict[str, Any], file: str | Path) -> None:
-    """Refuse a value of the wrong type in a config file even where it could
-    be converted: `num_epochs = "1"`, `use_gate: "yes"`. (`--set` values are
-    typed by YAML and validated as usual.)"""
-    for key, value in flat.items():
-        adapter = _field_adapter(key)
-        if adapter is None:
-            continue
-        try:
-            adapter.validate_python(_as_tuples(value), strict=True)
-        except ValidationError as err:
-            first = err.errors()[0]
-            loc = ".".join([key, *(str(p) for p in first["loc"])])
-            got, bad = first["input"], first["msg"].removeprefix("Value error, ")
-            quoted = isinstance(got, str) and first["type"] in ("int_type", "float_type", "bool_type")
-            hint = f"got the string {got!r} (write it without quotes)" if quoted else f"got {got!r}"
-            raise ConfigError(f"invalid config value for {loc} in {file}: {bad}, {hint}") from None
-
-
-_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
-
-
-def parse_assignment(text: str) -> tuple[str, Any]:
-    """`key=value` with a YAML-typed value: `epochs=2`, `failure_only=true`."""
-    if "=" not in text:
-        raise ConfigError(f"--set takes key=value, got {text!r}")
-    key, raw = text.split("=", 1)
-    key = key.strip()
-    if not _KEY_RE.match(key):
-        raise ConfigError(f"--set: bad key {key!r}")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return key, value
-
-
-def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    """Set `a.b.c` in a nested dict; `prompts.NAME` sets one prompt override."""
-    parts = key.split(".")
-    if parts[0] in ("prompts", "env_config") and len(parts) == 2:
-        data.setdefault(parts[0], {})[parts[1]] = value
-        return
-    known = set(config_keys())
-    if key not in known and not (key in DICT_KEYS and isinstance(value, dict)):
-        raise ConfigError(_unknown_key(key))
-    node = data
-    for part in parts[:-1]:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            child = {}
-            node[part] = child
-        node = child
-    node[parts[-1]] = value
-
-
-def merge_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Apply flat dotted overrides to a nested config dict (a new dict)."""
-    import copy
-
-    out = copy.deepcopy(base)
-    for key, value in overrides.items():
-        set_dotted(out, key, value)
-    return out
-
-
-def merge_dicts(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """Recursive merge: values in `extra` win (a new dict)."""
-    out = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and key not in DICT_KEYS:
-            out[key] = merge_dicts(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def build_config(file: str | Path | None = None, overrides: dict[str, Any] | None = None,
-                 base: dict[str, Any] | None = None) -> SkillConfig:
-    """`base` (defaults), then the file, then overrides; everything validated."""
-    data = load_config_file(file) if file else {}
-    flat_file = _flatten(data)
-    unknown = [k for k in flat_file if k not in set(config_keys()) and not k.startswith(DICT_KEYS)]
-    if unknown:
-        raise ConfigError(_unknown_key(unknown[0]))
-    if file:
-        _check_file_types(flat_file, file)
-    return validate_config(merge_overrides(merge_dicts(base or {}, data), overrides or {}))
 
 
 _URL_CRED_RE = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
@@ -509,4 +342,4 @@ def public_config(cfg: SkillConfig) -> dict[str, Any]:
 
 def semantic_view(data: dict[str, Any]) -> dict[str, Any]:
     """The flattened config without runtime-only keys, for resume checks."""
-    return {k: v for k, v in _flatten(data).items() if k not in RUNTIME_KEYS}
+    return {k: v for k, v in flatten_keys(data).items() if k not in RUNTIME_KEYS}

@@ -2,8 +2,8 @@
 
 Every stage of the engine emits events; they are the only truth about a run.
 Each event class has a `type` name and a schema `version`. Stored rows are
-never rewritten: an event stored under an older version is upcast on read by
-the functions in `UPCASTERS`.
+never rewritten: an event stored under an older version is upcast on read
+(`skillstate.event_codec`, which also holds the registry of types by name).
 
 Large texts (skills, trajectories, prompts, raw replies) are not stored in
 events: events hold the sha256 of a row in the blob table.
@@ -11,14 +11,12 @@ events: events hold the sha256 of a row in the blob table.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pydantic import Field
 
 from skillstate.bank.dedup import DroppedSkill
 from skillstate.bank.skills import BankSkill
-from skillstate.errors import CorruptLogError
 from skillstate.values import (  # noqa: F401  (re-exported: events are built from these)
     ApplyEntry,
     CallRef,
@@ -462,90 +460,3 @@ class StopConditionMet(Event):
     condition: str  # no_improvement | target_score | wall_time | stop_file
     reason: str
     step: int  # the last completed step
-
-
-EVENT_TYPES: dict[str, type[Event]] = {
-    cls.type: cls
-    for cls in (
-        RunStarted, RunForked, BaselineEvaluated, RunCompleted, StepStarted, RolloutCompleted,
-        PatchProposed, PatchesMerged, LearningRateChosen, EditsSelected, CandidateBuilt, CandidateEvaluated,
-        GateDecided, TestEvaluated, EpochCompared, SlowUpdateProposed, SlowUpdateDecided, MetaSkillWritten,
-        EpochEnded, FinalValidated, StopConditionMet, SkillsDistilled, BankValidated, BankEvolved, BankSeeded,
-    )
-}
-
-# (type, stored version) -> function turning that version's payload into the
-# next version's. Register one per schema change; never edit stored rows.
-Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-def _v1_config(payload: dict[str, Any]) -> dict[str, Any]:
-    """v1 runs predate the step buffer, which is on by default since v2:
-    a v1 config without the key meant no buffer."""
-    config = dict(payload.get("config", {}))
-    config.setdefault("use_step_buffer", False)
-    return {**payload, "config": config}
-
-
-def _v2_config(payload: dict[str, Any]) -> dict[str, Any]:
-    """v2 runs predate dropping edits that change nothing and the early-reject
-    gate, both on by default since v3: a v2 config without the keys meant
-    neither (so its log re-executes as it was written)."""
-    config = dict(payload.get("config", {}))
-    config.setdefault("drop_noop_edits", False)
-    config.setdefault("early_reject", False)
-    return {**payload, "config": config}
-
-
-def _v3_config(payload: dict[str, Any]) -> dict[str, Any]:
-    """v3 runs rejected early at the step gate only; since v4 the gated slow
-    update does too, unless early_reject_slow_update is false."""
-    config = dict(payload.get("config", {}))
-    config.setdefault("early_reject_slow_update", False)
-    return {**payload, "config": config}
-
-
-def _v4_started(payload: dict[str, Any]) -> dict[str, Any]:
-    """v5 adds `trajectories` (mode bank's imported trajectories); a v4 run had none."""
-    return payload
-
-
-UPCASTERS: dict[tuple[str, int], Upcaster] = {
-    ("RunStarted", 1): _v1_config,
-    ("RunForked", 1): _v1_config,
-    ("RunStarted", 2): _v2_config,
-    ("RunForked", 2): _v2_config,
-    ("RunStarted", 3): _v3_config,
-    ("RunForked", 3): _v3_config,
-    ("RunStarted", 4): _v4_started,
-}
-
-
-class UnknownEventError(CorruptLogError, ValueError):
-    """An event type or version this skillstate cannot read."""
-
-
-def register(cls: type[Event]) -> type[Event]:
-    """Register an event class (used by extensions and tests)."""
-    EVENT_TYPES[cls.type] = cls
-    return cls
-
-
-def decode(type_name: str, version: int, payload: dict[str, Any]) -> Event:
-    """Build the current version of an event from a stored payload."""
-    cls = EVENT_TYPES.get(type_name)
-    if cls is None:
-        raise UnknownEventError(f"unknown event type {type_name!r}")
-    if version > cls.version:
-        raise UnknownEventError(f"{type_name} v{version} is newer than this skillstate (v{cls.version})")
-    while version < cls.version:
-        upcast = UPCASTERS.get((type_name, version))
-        if upcast is None:
-            raise UnknownEventError(f"no upcaster for {type_name} v{version}")
-        payload = upcast(payload)
-        version += 1
-    return cls.model_validate(payload)
-
-
-def encode(event: Event) -> dict[str, Any]:
-    return event.model_dump(mode="json")

@@ -15,7 +15,7 @@ from skillstate.bank.document import category_of, read_bank
 from skillstate.cli.main import cli
 from skillstate.engine import runner as engine_runner
 from skillstate.engine.runner import lineage_events
-from skillstate.events import encode
+from skillstate.event_codec import encode
 from skillstate.store import Store
 from skillstate.trainer import Trainer
 from skillstate.util import canonical_json

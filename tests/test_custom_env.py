@@ -117,7 +117,7 @@ def test_an_installed_package_registers_an_environment_by_entry_point(tmp_path, 
 
 
 def test_the_example_config_is_relative_to_its_folder():
-    from skillstate.config import build_config
+    from skillstate.config_sources import build_config
 
     config = build_config(CUSTOM / "config.yaml")
     assert config.env == EXACT and Path(config.data or "") == (EXAMPLES / "qa").resolve()

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from conftest import EXAMPLES
 
 from skillstate.cli.main import cli
-from skillstate.config import build_config
+from skillstate.config_sources import build_config
 from skillstate.engine.runner import load_run
 from skillstate.envs.qa import load_dataset_dir
 from skillstate.errors import ConfigError

@@ -8,9 +8,10 @@ from typing import ClassVar
 import pytest
 from pydantic import Field
 
-from skillstate import events as ev
+from skillstate import event_codec as ev
 from skillstate.errors import ConcurrencyError, UserError
-from skillstate.events import Event, StepStarted, decode
+from skillstate.event_codec import decode
+from skillstate.events import Event, StepStarted
 from skillstate.migrate import current_revision, head_revision
 from skillstate.store import GENESIS, event_hash
 

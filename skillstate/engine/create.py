@@ -10,7 +10,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from skillstate import __version__
-from skillstate.config import SkillConfig, merge_overrides, public_config, redact, validate_config
+from skillstate.config import SkillConfig, public_config, redact, validate_config
+from skillstate.config_sources import merge_overrides
 from skillstate.engine.loading import lineage_events, new_run_id, roles_of, state_of, step_boundary
 from skillstate.envs import QAEnv, SkillEnv
 from skillstate.envs.episode import EpisodeEnv
