@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from skillstate.events import CallRef, Event
+from skillstate.llm.embeddings import ROLE as EMBEDDER
 from skillstate.reducer import stage_of
 from skillstate.store import Store, StoredEvent
 
@@ -66,7 +67,7 @@ def unused_calls(store: Store, run_id: str, own: list[StoredEvent]) -> dict[str,
     used = {ref.request_hash for _, refs in event_call_refs(store, own) for ref in refs}
     out: dict[str, int] = {}
     for call in store.read_calls(run_id):
-        if call.role != "embedder" and call.request_hash not in used:  # embeddings are looked up by text
+        if call.role != EMBEDDER and call.request_hash not in used:  # embeddings are looked up by text
             out[call.role] = out.get(call.role, 0) + 1
     return out
 

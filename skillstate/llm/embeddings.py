@@ -16,8 +16,6 @@ import threading
 import time
 from typing import Any
 
-import openai
-
 from skillstate.config import ModelConfig, redact
 from skillstate.errors import ReplayMissError
 from skillstate.llm.base import FatalLLMError
@@ -43,6 +41,8 @@ class OpenAIEmbeddings:
         self.client, self.endpoint = backend.client, backend.endpoint
 
     def embed(self, model: str, texts: list[str]) -> tuple[list[list[float]], int]:
+        import openai  # here, not at import: the role name above is read by the summary, which needs no client
+
         try:
             reply = self.client.embeddings.create(model=model, input=texts)
         except openai.APIError as err:
@@ -105,23 +105,30 @@ class JournaledEmbedder:
         self.backend, self.store, self.run_id, self._model = backend, store, run_id, model
         self.run_ids, self.before = run_ids, before  # before: verify's "as of" time, as for chat calls
         self.budget = budget  # skillstate.pricing.Budget: embeddings are paid for like chat calls
+        # Vectors already looked up or sent, by text: a (model, text) never changes, and every rollout
+        # asks for the vectors of all its candidate skills. (Under verify, a vector cached was in the
+        # journal at an earlier "as of" time, so it is at every later one.)
+        self._known: dict[str, list[float]] = {}
         self._lock = threading.Lock()  # one sender at a time: a text is never sent twice by two threads
 
     @property
     def model(self) -> str:
         return self._model
 
-    def _recorded(self, h: str) -> list[float] | None:
+    def _recorded(self, text: str) -> list[float] | None:
+        if text in self._known:
+            return self._known[text]
         as_of = self.before if self.backend is None else None
-        row = self.store.find_call(h, run_ids=self.run_ids, as_of=as_of)
+        row = self.store.find_call(embedding_request(self._model, text)[0], run_ids=self.run_ids, as_of=as_of)
         if row is None or row.error is not None or not row.response:
             return None
-        return [float(x) for x in row.response["embedding"]]
+        vector = self._known[text] = [float(x) for x in row.response["embedding"]]
+        return vector
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         found: dict[str, list[float]] = {}
         for text in dict.fromkeys(texts):
-            vector = self._recorded(embedding_request(self._model, text)[0])
+            vector = self._recorded(text)
             if vector is not None:
                 found[text] = vector
         missing = [t for t in dict.fromkeys(texts) if t not in found]
@@ -131,7 +138,7 @@ class JournaledEmbedder:
             with self._lock:
                 still = []
                 for text in missing:  # another thread may have recorded it meanwhile
-                    vector = self._recorded(embedding_request(self._model, text)[0])
+                    vector = self._recorded(text)
                     if vector is None:
                         still.append(text)
                     else:
@@ -150,5 +157,5 @@ class JournaledEmbedder:
                         self.store.record_call(run_id=self.run_id, role=ROLE, request_hash=h, model=self._model,
                                                request=body, response={"embedding": vector}, prompt_tokens=share,
                                                completion_tokens=0, latency_ms=latency, error=None)
-                        found[text] = vector
+                        found[text] = self._known[text] = vector
         return [found[t] for t in texts]
