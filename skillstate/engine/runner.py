@@ -140,9 +140,9 @@ def drive(ctx: RunContext, state: RunState, before_stage: Callable[[str], None] 
             if halt:
                 return state
             continue
-        ahead.fetch(ctx, state, name)  # work the stages after this one will need (the background lanes)
         ctx.report("stage", name, state)
-        ctx.health.begin_stage(name)
+        ctx.health.begin_stage(name)  # first: it resets the calls-in-a-row count, which work done ahead adds to
+        ahead.fetch(ctx, state, name)  # work the stages after this one will need (the background lanes)
         events = STAGES[name](ctx, state)
         ctx.health.end_stage()
         stored = ctx.log.append(events, ctx.take_blobs())
