@@ -99,9 +99,9 @@ def show(run_id, step, as_json, db) -> None:
         skillstate show --step 4
     """
     from skillstate.cli.render import history_lines, summary_text
-    from skillstate.cli.steps import step_detail
     from skillstate.engine.runner import load_run
     from skillstate.history import run_summary
+    from skillstate.step_detail import step_detail
     from skillstate.store import open_store
 
     store = open_store(db, create=False)
