@@ -173,6 +173,13 @@ class CallJournal:
         with self.engine.connect() as conn:
             return [CallRecord(*r) for r in conn.execute(query)]
 
+    def failed_sent(self, run_id: str) -> dict[str, int]:
+        """The calls this run sent that failed: error text -> count."""
+        query = (select(llm_calls.c.error, func.count()).where(llm_calls.c.run_id == run_id, llm_calls.c.ok.is_(False))
+                 .group_by(llm_calls.c.error))
+        with self.engine.connect() as conn:
+            return {str(r[0]): int(r[1]) for r in conn.execute(query)}
+
     def paid_by_model(self, run_id: str) -> list[tuple[str, str, int, int, int]]:
         """(role, model, calls, prompt tokens, completion tokens) this run sent."""
         query = (

@@ -15,19 +15,20 @@ def label(s: StoredEvent) -> str:
 
 
 def check_chain(stored: list[StoredEvent], first_prev: str = GENESIS, *, key: str | None = None,
-                require_mac: bool = False) -> tuple[list[Event], str | None]:
+                require_mac: bool = False, first_seq: int = 1) -> tuple[list[Event], str | None]:
     """The decoded events, and the first problem found (None if none).
 
     `stored` is one run's own events, or a whole lineage (a fork's parent
     prefix, then its own events): sequence numbers restart at 1 where a new
     run begins, and every event links to the one before it. With `key`, a
     signature that is present must match; with `require_mac` too, every
-    event must carry one."""
+    event must carry one. `first_seq` and `first_prev` check a run's events
+    from the middle of its log on (those after an event already checked)."""
     decoded: list[Event] = []
     prev, run, expected = first_prev, None, 0
     for s in stored:
         if s.run_id != run:
-            run, expected = s.run_id, 0
+            run, expected = s.run_id, (first_seq - 1 if run is None else 0)
         expected += 1
         if s.seq != expected:
             return decoded, f"run {s.run_id} event {s.seq}: sequence is not contiguous (expected {expected})"

@@ -4,7 +4,9 @@ and `export-mlflow` draw. Nothing here calls an LLM or writes.
 Per step: the edit budget, the decision and its reason, the candidate's gate
 score (or, when it was rejected early, the bound that proved the reject), the
 current and best scores after the step, and what the step's calls cost at
-list prices (its own, and the run's cumulative cost after it). Also the
+list prices (its own, and the run's cumulative cost after it, a fork's
+inherited steps included). These are the costs of the events, whether their
+calls were sent or served from the log. Also the
 baseline, the test reports and the epoch-end slow updates.
 """
 
@@ -16,7 +18,7 @@ from skillstate.config import SIM_MODELS
 from skillstate.engine.loading import LoadedRun
 from skillstate.events import CandidateEvaluated, Event, GateDecided, SlowUpdateDecided, StepStarted
 from skillstate.pricing import cost_usd, price_for
-from skillstate.reducer import RunState
+from skillstate.reducer import RunState, stage_of
 
 
 def _pricer(state: RunState):
@@ -43,23 +45,28 @@ def run_curves(loaded: LoadedRun) -> dict[str, Any]:
     `inherited`)."""
     state = loaded.state
     price = _pricer(state)
-    own_from = loaded.own[0].seq if loaded.own else None
     fork_step = state.fork_step or 0
     steps: dict[int, dict[str, Any]] = {}
     slow: list[dict[str, Any]] = []
-    total_usd, total_calls = 0.0, 0
+    total_usd, total_calls, own_usd, own_calls = 0.0, 0, 0.0, 0
+    own_by_stage: dict[str, float] = {}
     for stored in loaded.lineage:
         ev = stored.event
         usd, calls = price(ev)
         total_usd += usd
         total_calls += calls
+        if stored.run_id == loaded.run_id:
+            own_usd += usd
+            own_calls += calls
+            if calls:
+                own_by_stage[stage_of(ev)] = own_by_stage.get(stage_of(ev), 0.0) + usd
         step = getattr(ev, "step", None)
         if isinstance(ev, StepStarted):
             steps[ev.step] = {"step": ev.step, "epoch": ev.epoch, "edit_budget": ev.edit_budget,
                               "items": len(ev.batch_item_ids), "decision": None, "reason": "",
                               "candidate_score": None, "early_reject_bound": None, "scored": None,
                               "current_score": None, "best_score": None, "cost_usd": 0.0, "calls": 0,
-                              "inherited": stored.run_id != loaded.run_id or (own_from is None)}
+                              "inherited": stored.run_id != loaded.run_id}
         if step is not None and step in steps:
             row = steps[step]
             row["cost_usd"] += usd
@@ -102,6 +109,9 @@ def run_curves(loaded: LoadedRun) -> dict[str, Any]:
         "tests": tests,
         "best_score": state.best_score,
         "best_step": state.best_step,
-        "cost_usd": round(total_usd, 6),
+        "cost_usd": round(total_usd, 6),  # with a fork's inherited steps
         "calls": total_calls,
+        "own_cost_usd": round(own_usd, 6),  # the run's own events (a fork's without its parent's)
+        "own_calls": own_calls,
+        "own_cost_by_stage": {stage: round(usd, 6) for stage, usd in own_by_stage.items()},
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from skillstate.engine.loading import LoadedRun
 from skillstate.engine.runner import load_run
 from skillstate.errors import UserError
 from skillstate.events import Edit, GateDecided, PatchProposed, RolloutCompleted, SlowUpdateDecided
@@ -17,11 +18,12 @@ def _touches(edit: Edit, text: str) -> bool:
     return bool(edit.content) and (text in edit.content or edit.content.strip() in text)
 
 
-def explain(store: Store, run_id: str | None, text: str) -> dict[str, Any]:
+def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | None = None) -> dict[str, Any]:
+    """Where `text` came from in the run (`loaded`, when the caller has folded it already)."""
     text = text.strip()
     if not text:
         raise UserError("give the text to look for, e.g. skillstate why \"order of operations\"")
-    loaded = load_run(store, run_id)
+    loaded = loaded or load_run(store, run_id)
     state = loaded.state
     initial = store.get_blob(need(state.initial_skill, "the initial skill"))
     changes: list[dict[str, Any]] = []

@@ -80,7 +80,8 @@ _BLOBS_IN = select(blobs.c.hash, blobs.c.data).where(blobs.c.hash.in_(bindparam(
 _BLOB_HASHES_IN = select(blobs.c.hash).where(blobs.c.hash.in_(bindparam("hashes", expanding=True)))
 _EVENTS_OF_RUN = (select(events.c.run_id, events.c.seq, events.c.type, events.c.version, events.c.payload,
                          events.c.prev_hash, events.c.hash, events.c.created_at, events.c.mac)
-                  .where(events.c.run_id == bindparam("run_id")).order_by(events.c.seq))
+                  .where(events.c.run_id == bindparam("run_id"), events.c.seq > bindparam("after"))
+                  .order_by(events.c.seq))
 _RUN_BY_ID = select(runs).where(runs.c.run_id == bindparam("run_id"))
 
 # Blob texts this process wrote or read, by hash (content-addressed, so never
@@ -226,9 +227,10 @@ class Store(CallJournal):
 
     # -- events -----------------------------------------------------------
 
-    def read_events(self, run_id: str) -> list[StoredEvent]:
+    def read_events(self, run_id: str, after: int = 0) -> list[StoredEvent]:
+        """The run's events, or those after sequence number `after`."""
         with self.engine.connect() as conn:
-            rows = conn.execute(_EVENTS_OF_RUN, {"run_id": run_id}).all()
+            rows = conn.execute(_EVENTS_OF_RUN, {"run_id": run_id, "after": after}).all()
         return [StoredEvent(*r) for r in rows]
 
     def append(self, run_id: str, new_events: Iterable[Event], *, last_seq: int, last_hash: str,

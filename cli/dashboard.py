@@ -1,0 +1,66 @@
+"""`skillstate dashboard`: serve the read-only web view of a database."""
+
+from __future__ import annotations
+
+import click
+
+from skillstate.cli.app import CLIError, cli, existing_db_option
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. Anything but loopback serves every run to the network, "
+                   "with no authentication.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="Port (0: any free port).")
+@existing_db_option
+def dashboard(host, port, db) -> None:
+    """Open a read-only web view of the runs in the database: learning curves,
+    every step's patches, diffs and decisions, the skill with the provenance
+    of each sentence, lineage and comparisons. It updates live while a run is
+    in progress and never writes to the database.
+
+    \b
+    Example:
+        skillstate dashboard                # then open http://127.0.0.1:8765
+        skillstate dashboard --db postgresql+psycopg://me@db.example/team
+    """
+    import asyncio
+
+    try:
+        import uvicorn
+
+        from skillstate.dashboard.app import create_app
+    except ImportError as err:
+        raise CLIError(f"the dashboard needs its extra ({err.name} is missing): "
+                       "pip install 'skillstate[dashboard]'") from None
+    from skillstate.dashboard.store_view import open_read_only
+
+    store = open_read_only(db)
+    local = host in LOOPBACK
+    if not local:
+        click.echo(f"warning: listening on {host}: there is no authentication, and anyone who can reach this "
+                   "port can read every run in the database", err=True)
+    allowed = [*LOOPBACK, "[::1]"] if local else None
+    app = create_app(store, allowed_hosts=allowed)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+
+    async def announce() -> None:  # after the socket is bound, so port 0 shows the real port
+        while not server.started:
+            await asyncio.sleep(0.02)
+        for sock in server.servers[0].sockets if server.servers else []:
+            bound = sock.getsockname()
+            shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+            click.echo(f"dashboard of {store.display_url} at http://{shown}:{bound[1]}/ (read-only; Ctrl-C stops it)")
+            break
+
+    async def main() -> None:
+        await asyncio.gather(server.serve(), announce())
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()

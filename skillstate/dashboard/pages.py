@@ -1,0 +1,228 @@
+"""What each dashboard page shows, as plain data folded from the log (the
+templates render it, the JSON endpoints serve it). Nothing here writes."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from skillstate.bank.document import read_bank
+from skillstate.curves import run_curves
+from skillstate.dashboard.store_view import RunCache
+from skillstate.engine.loading import LoadedRun
+from skillstate.errors import NotFoundError
+from skillstate.events import RunForked
+from skillstate.history import status_of
+from skillstate.pricing import sent_cost
+from skillstate.reducer import need
+from skillstate.step_detail import step_detail
+
+# A sentence ends at . ! or ? followed by space; a line of the skill is split
+# into its sentences so that each can be asked about.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+
+
+def run_row(cache: RunCache, run_id: str) -> dict[str, Any]:
+    """One line of the runs page (computed once per version of the run)."""
+    return cache.memo(run_id, "row", lambda loaded: _row(cache, loaded))
+
+
+def _row(cache: RunCache, loaded: LoadedRun) -> dict[str, Any]:
+    s = loaded.state
+    run_id = loaded.run_id
+    sent_rows = cache.store.paid_by_model(run_id)
+    paid = sent_cost(sent_rows, dict(s.config).get("prices") or {})
+    best_test = s.tests.get("best") or s.tests.get("eval")
+    started = loaded.own[0].created_at if loaded.own else None
+    return {
+        "run_id": run_id,
+        "kind": s.kind,
+        "mode": s.config.get("mode", "skill"),
+        "status": status_of(s),
+        "completed": s.completed,
+        "parent_run_id": s.parent_run_id,
+        "fork_step": s.fork_step,
+        "steps": s.last_completed_step,
+        "total_steps": s.total_steps,
+        "baseline_score": s.baseline.gate if s.baseline else None,
+        "best_score": s.best_score,
+        "best_step": s.best_step,
+        "test_score": best_test.scores.hard if best_test else None,
+        "paid_usd": round(sum(paid.values()), 6),
+        "sent_calls": sum(row[2] for row in sent_rows),
+        "started": started.isoformat(timespec="seconds") if started else None,
+        "version": loaded.log_position[0],
+    }
+
+
+def runs_page(cache: RunCache) -> list[dict[str, Any]]:
+    rows = [run_row(cache, r.run_id) for r in cache.store.list_runs()]
+    return sorted(rows, key=lambda r: r["started"] or "", reverse=True)
+
+
+# The steps table shows the latest steps of a long run; ?steps=all shows every one.
+STEPS_SHOWN = 100
+
+
+def run_page(cache: RunCache, run_id: str, all_steps: bool = False) -> dict[str, Any]:
+    curves = cache.memo(run_id, "curves", run_curves)
+    row = run_row(cache, run_id)
+    state = cache.get(run_id).state
+    failed = cache.store.failed_sent(run_id)
+    steps = curves["steps"]
+    shown = steps if all_steps else steps[-STEPS_SHOWN:]
+    return {
+        "run": row, "curves": curves, "stage_cost": curves["own_cost_by_stage"],
+        "decisions": {"accepts": state.count("accept", "accept_best"), "rejects": state.count("reject"),
+                      "skips": state.count("skip")},
+        "from_log": max(curves["own_calls"] - row["sent_calls"], 0),
+        "failed": {"count": sum(failed.values()), "common": max(failed, key=failed.__getitem__) if failed else None},
+        "steps_shown": list(reversed(shown)), "steps_hidden": len(steps) - len(shown),
+    }
+
+
+def _diff_rows(before: str, after: str) -> list[dict[str, str]]:
+    """A line diff as rows of {kind: same|add|del|gap, text}."""
+    rows: list[dict[str, str]] = []
+    a, b = before.splitlines(), after.splitlines()
+    for group in difflib.SequenceMatcher(None, a, b, autojunk=False).get_grouped_opcodes(3):
+        if rows:
+            rows.append({"kind": "gap", "text": "…"})
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                rows.extend({"kind": "same", "text": line} for line in a[i1:i2])
+                continue
+            rows.extend({"kind": "del", "text": line} for line in a[i1:i2])
+            rows.extend({"kind": "add", "text": line} for line in b[j1:j2])
+    return rows
+
+
+def skill_diff(before: str, after: str) -> dict[str, Any]:
+    rows = _diff_rows(before, after)
+    return {"rows": rows, "added": sum(r["kind"] == "add" for r in rows),
+            "removed": sum(r["kind"] == "del" for r in rows)}
+
+
+def step_page(cache: RunCache, run_id: str, step: int) -> dict[str, Any]:
+    loaded = cache.get(run_id)
+    detail = step_detail(cache.store, loaded, step)
+    skills = detail.get("skills")
+    diff = None
+    if skills:
+        diff = skill_diff(cache.store.get_blob(skills["base"]), cache.store.get_blob(skills["candidate"]))
+    steps = [r.step for r in loaded.state.history]
+    return {"run": run_row(cache, run_id), "detail": detail, "diff": diff,
+            "prev": max((s for s in steps if s < step), default=None),
+            "next": min((s for s in steps if s > step), default=None)}
+
+
+def skill_lines(text: str) -> list[dict[str, Any]]:
+    """The skill's lines, each split into sentences (the pieces one can ask
+    `why` about); blank lines are kept so the layout is the document's."""
+    out = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        heading = stripped.startswith("#")
+        pieces = [p for p in _SENTENCE_END.split(stripped)] if stripped and not heading else [stripped]
+        out.append({"heading": heading, "indent": len(line) - len(line.lstrip()), "pieces": pieces})
+    return out
+
+
+def skill_page(cache: RunCache, run_id: str, which: str = "best") -> dict[str, Any]:
+    loaded = cache.get(run_id)
+    s = loaded.state
+    blob = {"best": s.best_skill, "current": s.current_skill, "initial": s.initial_skill}.get(which)
+    if blob is None:
+        raise NotFoundError(f"run {run_id!r} has no {which} skill yet")
+    text = cache.store.get_blob(blob)
+    bank = s.config.get("mode") == "bank"
+    return {"run": run_row(cache, run_id), "which": which, "text": text, "bank": bank,
+            "lines": [] if bank else skill_lines(text), "best_step": s.best_step}
+
+
+def why(cache: RunCache, run_id: str, text: str) -> dict[str, Any]:
+    """`skillstate why TEXT` for one sentence of the skill (or a bank skill's title)."""
+    loaded = cache.get(run_id)
+    if loaded.state.config.get("mode") == "bank":
+        from skillstate.bank_provenance import explain_bank
+
+        return {"bank": True, **explain_bank(cache.store, run_id, text)}
+    from skillstate.provenance import explain
+
+    return {"bank": False, **explain(cache.store, run_id, text, loaded=loaded)}
+
+
+def _overrides(cache: RunCache, run_id: str) -> dict[str, Any]:
+    first = cache.store.read_events(run_id)[:1]
+    ev = first[0].event if first else None
+    return dict(ev.overrides) if isinstance(ev, RunForked) else {}
+
+
+def lineage_page(cache: RunCache, run_id: str) -> dict[str, Any]:
+    """The tree of runs that `run_id` belongs to: its root and every fork
+    below it, each edge with the fork step and the overrides."""
+    rows = {r.run_id: r for r in cache.store.list_runs()}
+    if run_id not in rows:
+        raise NotFoundError(f"no run {run_id!r} in this database")
+    root = run_id
+    while rows[root].parent_run_id in rows:
+        root = rows[root].parent_run_id  # type: ignore[assignment]
+    children: dict[str, list[str]] = {}
+    for r in rows.values():
+        if r.parent_run_id:
+            children.setdefault(r.parent_run_id, []).append(r.run_id)
+
+    def node(rid: str) -> dict[str, Any]:
+        row = run_row(cache, rid)
+        kids = sorted(children.get(rid, []), key=lambda c: (rows[c].fork_step or 0, c))
+        return {**row, "overrides": _overrides(cache, rid) if rows[rid].parent_run_id else {},
+                "children": [node(c) for c in kids]}
+
+    return {"run_id": run_id, "root": node(root)}
+
+
+def compare_page(cache: RunCache, a: str, b: str) -> dict[str, Any]:
+    runs = []
+    for rid in (a, b):
+        loaded = cache.get(rid)
+        runs.append({"row": run_row(cache, rid), "curves": run_curves(loaded),
+                     "best": cache.store.get_blob(need(loaded.state.best_skill, "the best skill"))
+                     if loaded.state.best_skill else ""})
+    return {"runs": runs, "diff": skill_diff(str(runs[0]["best"]), str(runs[1]["best"]))}
+
+
+def bank_page(cache: RunCache, run_id: str) -> dict[str, Any]:
+    """A skill-bank run: its best bank per category, and how the bank grew
+    step by step (skills per category after each step's candidate)."""
+    loaded: LoadedRun = cache.get(run_id)
+    s = loaded.state
+    if s.config.get("mode") != "bank":
+        raise NotFoundError(f"run {run_id!r} is not a skill-bank run (mode {s.config.get('mode', 'skill')})")
+    store = cache.store
+    bank = read_bank(store.get_blob(need(s.best_skill, "the best bank")))
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for skill in bank.skills:
+        groups.setdefault(skill.category or "general", []).append({
+            "id": skill.id, "title": skill.title, "principle": skill.principle, "when": skill.when_to_apply,
+            "origin": skill.provenance.origin, "step": skill.provenance.step, "refines": skill.provenance.refines,
+            "trajectories": len(skill.provenance.trajectories)})
+    growth = []
+    start = s.start_skill
+    if start:
+        growth.append({"step": 0, **_counts(read_bank(store.get_blob(start)))})
+    for rec in s.history:
+        if rec.current_skill:
+            growth.append({"step": rec.step, "decision": rec.decision,
+                           **_counts(read_bank(store.get_blob(rec.current_skill)))})
+    ordered = sorted(groups, key=lambda c: (c != "general", c))
+    return {"run": run_row(cache, run_id), "groups": [(c, groups[c]) for c in ordered], "size": len(bank.skills),
+            "mistakes": list(bank.mistakes), "growth": growth}
+
+
+def _counts(bank) -> dict[str, Any]:
+    by: dict[str, int] = {}
+    for skill in bank.skills:
+        key = skill.category or "general"
+        by[key] = by.get(key, 0) + 1
+    return {"total": len(bank.skills), "by_category": by}
