@@ -92,6 +92,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", f"slow: a long sweep, run only when ${SLOW_ENV} is set (.ci/run sets it)")
     config.addinivalue_line("markers", "textworlds: needs Java and the textworlds extra (TextWorldExpress, "
                                        f"ScienceWorld); run only when ${SLOW_ENV} is set (.ci/run sets it)")
+    config.addinivalue_line("markers", "browser: the dashboard in a real browser (chromium, the browser extra); "
+                                       f"run only when ${SLOW_ENV} is set (.ci/run sets it)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -99,7 +101,7 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason=f"slow suite: set {SLOW_ENV}=1 to run it (.ci/run does)")
     for item in items:
-        if "slow" in item.keywords or "textworlds" in item.keywords:
+        if "slow" in item.keywords or "textworlds" in item.keywords or "browser" in item.keywords:
             item.add_marker(skip)
 
 
