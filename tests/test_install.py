@@ -61,3 +61,11 @@ def test_installed_layout(installed):
     assert (Path(migrations).parent / "versions" / "0001_initial.py").exists()
     assert (Path(pkg).parent / "prompts" / "failure_analyst.md").exists()
     assert no_cli and no_migrations
+
+
+def test_installed_dashboard_ships_its_templates_and_charts(installed):
+    target, _base, _env = installed
+    package = target / "skillstate" / "dashboard"
+    for name in ("templates/base.html", "templates/run.html", "templates/step.html", "static/chart.umd.min.js",
+                 "static/chart.js-LICENSE.md", "static/dashboard.js", "static/dashboard.css"):
+        assert (package / name).is_file(), name

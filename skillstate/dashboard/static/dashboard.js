@@ -84,8 +84,9 @@
         .map((u) => ({ x: u.after_step, y: u.candidate_score, reason: u.reason, decision: u.decision })), "rect", C.slow, 6));
     }
     const tests = [];
-    if (c.tests.baseline) tests.push({ x: end, y: c.tests.baseline.hard, reason: "test, initial skill", decision: "" });
-    if (c.tests.best) tests.push({ x: end, y: c.tests.best.hard, reason: "test, best skill", decision: "" });
+    const at = end + (end <= 30 ? 0.25 : end / 100); // just past the last step
+    if (c.tests.baseline) tests.push({ x: at, y: c.tests.baseline.hard, reason: "test, initial skill", decision: "" });
+    if (c.tests.best) tests.push({ x: at, y: c.tests.best.hard, reason: "test, best skill", decision: "" });
     if (tests.length) sets.push(marker("test (end)", tests, "rectRounded", C.test, 7));
     return sets;
   }
@@ -94,7 +95,7 @@
     const end = Math.max(lastStep(c), c.total_steps || 0, 1);
     return {
       x: { type: "linear", min: 0, max: end + (end <= 30 ? 0.4 : end / 60), title: { display: true, text: xTitle || "step" },
-        ticks: { precision: 0, stepSize: end <= 30 ? 1 : undefined, callback: (v) => (Number.isInteger(v) && v <= end ? v : "") }, grid: { color: C.grid } },
+        ticks: { precision: 0, stepSize: end <= 30 ? 1 : undefined, includeBounds: false }, grid: { color: C.grid } },
       y: { suggestedMin: 0, suggestedMax: 1, title: { display: true, text: "score" }, grid: { color: C.grid } },
     };
   }
@@ -102,7 +103,7 @@
   function tooltip() {
     return {
       callbacks: {
-        title: (items) => (items.length ? "step " + items[0].parsed.x : ""),
+        title: (items) => (items.length && Number.isInteger(items[0].parsed.x) ? "step " + items[0].parsed.x : ""),
         label: (ctx) => {
           const raw = ctx.raw || {};
           const head = ctx.dataset.label + ": " + num(ctx.parsed.y);
