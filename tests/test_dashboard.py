@@ -309,3 +309,17 @@ def test_on_postgresql_it_reads_and_cannot_write(tmp_path):
         store.close()
     finally:
         drop_pg_schemas(base, [schema])
+
+
+def test_a_run_with_no_event_yet_answers_every_page(tmp_path):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    writer = Store(url)
+    writer.create_run("new")  # a driver has created it and not appended RunStarted yet
+    writer.close()
+    store = open_read_only(url)
+    with TestClient(create_app(store)) as c:
+        for page in ("/", "/runs/new", "/runs/new/lineage", "/compare?a=new&b=new"):
+            assert c.get(page).status_code == 200, page
+        for page in ("/runs/new/skill", "/runs/new/bank", "/api/runs/new/why?text=x", "/runs/new/steps/1"):
+            assert c.get(page).status_code == 404, page
+    store.close()

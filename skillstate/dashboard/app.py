@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from skillstate import __version__
 from skillstate.dashboard import pages
 from skillstate.dashboard.store_view import RunCache
-from skillstate.errors import CorruptLogError, NotFoundError, UserError
+from skillstate.errors import CorruptLogError, NotFoundError, SkillstateError, UserError
 from skillstate.schema import events as events_table
 from skillstate.store import Store
 from skillstate.util import parse_step
@@ -104,8 +104,11 @@ def create_app(store: Store, *, allowed_hosts: list[str] | None = None) -> Starl
                 if request.url.path.startswith("/api/"):
                     return JSONResponse({"error": str(err)}, status_code=404)
                 return render("error.html", 404, title="Not found", message=str(err))
-            except CorruptLogError as err:
-                return render("error.html", 500, title="Damaged log", message=str(err))
+            except (CorruptLogError, SkillstateError) as err:
+                title = "Damaged log" if isinstance(err, CorruptLogError) else "Cannot show this"
+                if request.url.path.startswith("/api/"):
+                    return JSONResponse({"error": f"{title}: {err}"}, status_code=500)
+                return render("error.html", 500, title=title, message=str(err))
         return endpoint
 
     def version_of(run_ids: list[str] | None) -> str:

@@ -144,6 +144,8 @@ def skill_page(cache: RunCache, run_id: str, which: str = "best") -> dict[str, A
 def why(cache: RunCache, run_id: str, text: str) -> dict[str, Any]:
     """`skillstate why TEXT` for one sentence of the skill (or a bank skill's title)."""
     loaded = cache.get(run_id)
+    if loaded.state.best_skill is None:
+        raise NotFoundError(f"run {run_id!r} has no skill yet")
     if loaded.state.config.get("mode") == "bank":
         from skillstate.bank_provenance import explain_bank
 
