@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from skillstate.cli.app import cli, db_option, echo_json, parse_sets, set_option
-from skillstate.cli.train import config_with_backend
+from skillstate.cli.train import check_outputs, config_with_backend, json_events_option
 from skillstate.errors import UserError
 from skillstate.util import check_run_id
 
@@ -28,11 +28,12 @@ from skillstate.util import check_run_id
                                           "groups; set target.temperature above 0).")
 @set_option
 @click.option("--run-id", help="Id of the evaluation run.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the results.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines or bar, only the results.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@json_events_option
 @db_option
 def evaluate(skill_file, split, data, env_name, backend, model, base_url, config_file, samples, assignments, run_id,
-             quiet, as_json, db) -> None:
+             quiet, as_json, json_events, db) -> None:
     """Score a skill file on a split, with results per task type. The
     evaluation is recorded as a run of its own (kind eval), so it shows in
     `skillstate runs` and can be audited and verified like any run.
@@ -44,10 +45,12 @@ def evaluate(skill_file, split, data, env_name, backend, model, base_url, config
         skillstate eval --skill my_skill.md --backend openai --model gpt-4o-mini --data examples/qa
         skillstate eval --skill agent.md --env sql --split val
     """
-    from skillstate.cli.render import printer, summary_text
+    from skillstate.cli.live import JsonEvents, reporter
+    from skillstate.cli.render import summary_text
     from skillstate.store import open_store
     from skillstate.trainer import evaluate_skill
 
+    check_outputs(as_json, json_events)
     overrides: dict[str, Any] = {"initial_skill": skill_file}
     flags = {"data": data, "env": env_name, "backend": backend, "target.model": model, "target.base_url": base_url,
              "samples": samples}
@@ -58,8 +61,13 @@ def evaluate(skill_file, split, data, env_name, backend, model, base_url, config
     config = config_with_backend(config_file, overrides, roles=("target",))
     _require_text(config.initial_skill)
     store = open_store(db)
-    result = evaluate_skill(config, split, store=store, run_id=run_id, on_progress=printer(quiet or as_json))
-    if as_json:
+    events = JsonEvents(store) if json_events else None
+    progress = reporter(quiet=quiet, as_json=as_json, events=events)
+    with progress:
+        result = evaluate_skill(config, split, store=store, run_id=run_id, on_progress=progress)
+    if events is not None:
+        events.summary(result.run_id, result.summary)
+    elif as_json:
         echo_json(result.summary)
     else:
         click.echo(summary_text(result.summary))

@@ -8,6 +8,7 @@ import click
 
 from skillstate.cli.app import (
     EXIT_INTERRUPTED,
+    CLIError,
     Stopped,
     budget_option,
     cli,
@@ -22,7 +23,19 @@ from skillstate.errors import UserError
 from skillstate.util import check_run_id, parse_step
 
 if TYPE_CHECKING:
+    from skillstate.cli.live import JsonEvents, LiveProgress, Plain
     from skillstate.config import SkillConfig
+
+
+def json_events_option(fn):
+    return click.option("--json-events", "json_events", is_flag=True,
+                        help="Write each event appended as one JSON object a line on stdout, then a summary "
+                             "line (not with --json).")(fn)
+
+
+def check_outputs(as_json: bool, json_events: bool) -> None:
+    if as_json and json_events:
+        raise CLIError("--json and --json-events cannot be combined: pick one")
 
 
 @cli.command()
@@ -44,11 +57,12 @@ if TYPE_CHECKING:
               help="skill: one skill document (SkillOpt, the default); bank: a bank of skills (SkillRL).")
 @set_option
 @budget_option
-@click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the summary.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines or bar, only the summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_events_option
 @db_option
 def run(config_file, backend, data, env_name, model, optimizer_model, target_model, base_url, run_id, epochs,
-        batch_size, edit_budget, lr, mode, assignments, max_cost_usd, quiet, as_json, db) -> None:
+        batch_size, edit_budget, lr, mode, assignments, max_cost_usd, quiet, as_json, json_events, db) -> None:
     """Train a skill: baseline, then rollout, reflect, aggregate, select,
     update and gate for every step; test at the end.
 
@@ -68,11 +82,12 @@ def run(config_file, backend, data, env_name, model, optimizer_model, target_mod
         skillstate run --env textworld_express  # a text-world agent (pip install "skillstate[textworlds]")
         skillstate run --mode bank              # a SkillRL skill bank, retrieved per task
     """
-    from skillstate.cli.render import printer
+    from skillstate.cli.live import JsonEvents, reporter
     from skillstate.engine.runner import load_run
     from skillstate.store import open_store
     from skillstate.trainer import Trainer
 
+    check_outputs(as_json, json_events)
     overrides: dict[str, Any] = {}
     flags = {"backend": backend, "data": data, "env": env_name, "num_epochs": epochs, "batch_size": batch_size,
              "edit_budget": edit_budget, "lr_scheduler": lr, "max_cost_usd": max_cost_usd, "mode": mode}
@@ -99,14 +114,16 @@ def run(config_file, backend, data, env_name, model, optimizer_model, target_mod
     base = dict(state.config) if state is not None else None
     config = config_with_backend(config_file, overrides, base=base, run_id=run_id)
     store = store or open_store(db)
-    trainer = Trainer(config, store=store, run_id=run_id, on_progress=printer(quiet or as_json))
+    events = JsonEvents(store, after=store.last_seq(run_id) if existing and run_id else 0) if json_events else None
+    progress = reporter(quiet=quiet, as_json=as_json, events=events)
+    trainer = Trainer(config, store=store, run_id=run_id, on_progress=progress)
     rid = trainer.prepare()
-    if not (quiet or as_json):
+    if not (quiet or as_json or json_events):
         verb = "resuming" if existing else "started"
         click.echo(f"{verb} run {rid} in {store.display_url}")
     if not existing:
         show_plan(store, rid, config)
-    train_and_report(trainer, as_json)
+    train_and_report(trainer, as_json, progress, events)
 
 
 def show_plan(store, run_id: str, config: SkillConfig) -> None:
@@ -150,16 +167,23 @@ def config_with_backend(config_file: str | None, overrides: dict[str, Any], *, b
                     f"use {hint} for a real model")
 
 
-def train_and_report(trainer, as_json: bool = False) -> None:
-    """Train (or resume) and print the summary; Ctrl-C leaves a resumable run."""
+def train_and_report(trainer, as_json: bool = False, progress: LiveProgress | Plain | None = None,
+                     events: JsonEvents | None = None) -> None:
+    """Train (or resume) inside the progress display and print the summary;
+    Ctrl-C leaves a resumable run."""
+    from contextlib import nullcontext
+
     from skillstate.cli.render import summary_text
 
     try:
-        result = trainer.train()
+        with progress if progress is not None else nullcontext():
+            result = trainer.train()
     except KeyboardInterrupt:
         raise Stopped(f"interrupted; the run is saved: resume with: {resume_hint(trainer.run_id)}",
                       EXIT_INTERRUPTED) from None
-    if as_json:
+    if events is not None:
+        events.summary(result.run_id, result.summary)
+    elif as_json:
         echo_json(result.summary)
     else:
         click.echo("")
@@ -178,10 +202,11 @@ def train_and_report(trainer, as_json: bool = False) -> None:
 @budget_option
 @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE",
               help="Change a runtime key, such as a stop condition: --set target_score=0.9 (repeatable).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the summary.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines or bar, only the summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_events_option
 @db_option
-def resume(run_id, max_cost_usd, assignments, quiet, as_json, db) -> None:
+def resume(run_id, max_cost_usd, assignments, quiet, as_json, json_events, db) -> None:
     """Continue a run where its log ends (default: the latest training run).
 
     Only runtime keys may change (the budget, concurrency, retries, the
@@ -193,12 +218,13 @@ def resume(run_id, max_cost_usd, assignments, quiet, as_json, db) -> None:
         skillstate resume --max-cost-usd 5     # after a stop at the cost budget
         skillstate resume --set stop_after_no_improvement=6   # after a stop condition
     """
-    from skillstate.cli.render import printer
+    from skillstate.cli.live import JsonEvents, reporter
     from skillstate.config_sources import build_config
     from skillstate.engine.runner import load_run
     from skillstate.store import open_store
     from skillstate.trainer import Trainer
 
+    check_outputs(as_json, json_events)
     store = open_store(db, create=False, write=True)
     row = store.require_run(run_id)
     config = None
@@ -207,7 +233,9 @@ def resume(run_id, max_cost_usd, assignments, quiet, as_json, db) -> None:
         overrides["max_cost_usd"] = max_cost_usd
     if overrides:
         config = build_config(None, overrides, base=dict(load_run(store, row.run_id).state.config))
-    train_and_report(Trainer(config, store=store, run_id=row.run_id, on_progress=printer(quiet or as_json)), as_json)
+    events = JsonEvents(store, after=store.last_seq(row.run_id)) if json_events else None
+    progress = reporter(quiet=quiet, as_json=as_json, events=events)
+    train_and_report(Trainer(config, store=store, run_id=row.run_id, on_progress=progress), as_json, progress, events)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})  # so that `fork demo -1` is a bad step
@@ -219,10 +247,12 @@ def resume(run_id, max_cost_usd, assignments, quiet, as_json, db) -> None:
 @budget_option
 @click.option("--run-id", "new_run_id", help="Id of the new run.")
 @click.option("--no-run", is_flag=True, help="Create the fork but do not train it yet.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress lines, only the summary.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines or bar, only the summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary (with the new run_id) as JSON.")
+@json_events_option
 @db_option
-def fork(args, lr, edit_budget, epochs, assignments, max_cost_usd, new_run_id, no_run, quiet, as_json, db) -> None:
+def fork(args, lr, edit_budget, epochs, assignments, max_cost_usd, new_run_id, no_run, quiet, as_json, json_events,
+         db) -> None:
     """Start a new run from a run's state after STEP, with other settings.
 
     The fork records its parent and fork step and does not copy the
@@ -235,11 +265,12 @@ def fork(args, lr, edit_budget, epochs, assignments, max_cost_usd, new_run_id, n
         skillstate fork my-run 5 --edit-budget 2 --set gate_metric=mixed --run-id my-run-b
         skillstate fork step_6 --set update_mode=rewrite
     """
-    from skillstate.cli.render import printer
+    from skillstate.cli.live import JsonEvents, reporter
     from skillstate.engine.runner import fork_run
     from skillstate.store import open_store
     from skillstate.trainer import Trainer
 
+    check_outputs(as_json, json_events)
     if len(positional(args)) > 2:
         raise UserError("fork takes [RUN] STEP")
     run_id, step = (None, args[0]) if len(args) == 1 else args
@@ -257,13 +288,19 @@ def fork(args, lr, edit_budget, epochs, assignments, max_cost_usd, new_run_id, n
         config_with_backend(None, overrides, base=dict(load_run(store, parent).state.config), run_id=parent,
                             hint="--set backend=openai")
     child = fork_run(store, parent, step, overrides, new_run_id, probe=not no_run)
-    if not as_json:
+    if not (as_json or json_events):
         click.echo(f"forked {child} from {parent} at step {step}")
+    events = JsonEvents(store) if json_events else None
     if no_run:
-        if as_json:
+        if as_json or events is not None:
             from skillstate.engine.runner import load_run
             from skillstate.history import run_summary
 
-            echo_json(run_summary(store, load_run(store, child)))
+            summary = run_summary(store, load_run(store, child))
+            if events is not None:
+                events.summary(child, summary)
+            else:
+                echo_json(summary)
         return
-    train_and_report(Trainer(store=store, run_id=child, on_progress=printer(quiet or as_json)), as_json)
+    progress = reporter(quiet=quiet, as_json=as_json, events=events)
+    train_and_report(Trainer(store=store, run_id=child, on_progress=progress), as_json, progress, events)

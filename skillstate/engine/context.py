@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from skillstate.bank.embedding import Embedder, SimEmbedder
 from skillstate.config import SkillConfig
 from skillstate.engine.lanes import FOREGROUND, Slots
+from skillstate.engine.meter import CallMeter, CallProgress
 from skillstate.engine.parsing import response_format
 from skillstate.envs.base import SkillEnv
 from skillstate.events import Event
@@ -32,13 +33,21 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Progress:
-    """What the engine reports: a stage about to run, or an event appended."""
+    """What the engine reports: a stage about to run, an event appended, or
+    (kind "calls") the LLM calls of the stage under way so far, in `calls`.
 
-    kind: str  # "stage" | "event" | "warning" (then `stage` holds the message)
+    Reports of kind "calls" come at most about ten times a second while a
+    stage's calls complete, possibly from a worker thread (one at a time),
+    and once more, with `calls.final` set, before the stage's events are
+    reported; `state` is then the state the stage started from. An exception
+    a callback raises for one of them is dropped, except for the final one."""
+
+    kind: str  # "stage" | "event" | "calls" | "warning" (then `stage` holds the message)
     stage: str
     state: RunState
     event: Event | None = None
     stored: StoredEvent | None = None
+    calls: CallProgress | None = None
 
 
 ProgressCallback = Callable[[Progress], None]
@@ -90,6 +99,10 @@ class RunContext:
         self._fetched: dict[tuple[str, ...], Future[None]] = {}
         self._dropped: set[tuple[str, ...]] = set()
         self._closing = False
+        self._stage_state = RunState()
+        budget = next((c.budget for c in clients.values() if c.budget is not None), None)
+        self.meter = CallMeter(None if on_progress is None else self._report_calls,
+                               None if budget is None else lambda: (budget.spent, budget.limit))
 
     def close(self) -> None:
         self._closing = True  # background work still waiting for a slot returns without running
@@ -123,9 +136,25 @@ class RunContext:
         cfg = getattr(self.config, role)
         request = ChatRequest.build(self.config.backend, self.config.model_for(role), messages,
                                     cfg.temperature, cfg.max_tokens, response_format, tools, seed)
-        if self.in_background:
-            return self.background_clients[role].complete(request)
-        return self._foreground(self.clients[role].complete, request)  # holds a slot unless its task does
+        background = self.in_background
+        if background:
+            result = self.background_clients[role].complete(request)
+        else:
+            result = self._foreground(self.clients[role].complete, request)  # holds a slot unless its task does
+        self.meter.record(served=result.cached, failed=result.error is not None, background=background)
+        return result
+
+    def expect_calls(self, calls: int | None) -> None:
+        """The stage under way plans `calls` more LLM calls (None: unknown), for the progress bar only."""
+        if calls is not None and not self.in_background:
+            self.meter.expect(calls)
+
+    def rollout_calls(self, items: int) -> int | None:
+        """The target calls of `items` rollouts: one each in a single-turn
+        environment (QAEnv's rollout), else unknown (episodes and tool loops)."""
+        from skillstate.envs.qa import QAEnv
+
+        return items if type(self.env).rollout is QAEnv.rollout else None
 
     def optimizer(self, user: str, reply: type[BaseModel] | None = None) -> CallResult:
         """One optimizer call; `reply` is the shape the prompt asks for (sent as
@@ -206,8 +235,17 @@ class RunContext:
 
     def report(self, kind: str, stage: str, state: RunState, event: Event | None = None,
                stored: StoredEvent | None = None) -> None:
+        if kind == "stage":
+            self._stage_state = state
+            self.meter.begin(stage)
+        elif kind == "event" and stage == self.meter.stage:
+            self.meter.finish()  # the stage's last count of calls, before its events
         if self.on_progress is not None:
             self.on_progress(Progress(kind, stage, state, event, stored))
+
+    def _report_calls(self, calls: CallProgress) -> None:
+        assert self.on_progress is not None  # the meter reports only when there is a callback
+        self.on_progress(Progress("calls", calls.stage, self._stage_state, calls=calls))
 
 
 def item_view(env: SkillEnv, result: Any, trajectory: Any) -> dict[str, Any]:

@@ -92,7 +92,9 @@ def reflect(ctx: RunContext, state: RunState) -> list[Event]:
         return PatchProposed(status="ok", reasoning=reply.reasoning, failure_summary=reply.failure_summary,
                              **extra, **common)
 
-    return ctx.map(analyse, pending_minibatches(ctx, state))
+    minibatches = pending_minibatches(ctx, state)
+    ctx.expect_calls(len(minibatches))  # one optimizer call each
+    return ctx.map(analyse, minibatches)
 
 
 # --- aggregate -----------------------------------------------------------

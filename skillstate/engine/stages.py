@@ -77,6 +77,7 @@ def rollout_items(ctx: RunContext, skill: str, items: list[dict[str, Any]]) -> l
     their first failed target call, so besides the calls' circuit breaker,
     too large a share of rollouts ended by failed calls stops the stage too
     (CircuitOpen), before anything is appended."""
+    ctx.expect_calls(ctx.rollout_calls(len(items)))
     results = ctx.map(lambda item: rollout_one(ctx, skill, item), items)
     check_rollout_errors(ctx, results)
     return results
@@ -205,6 +206,7 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
     pending: dict[Future[ItemResult], int] = {}
     sent = done = 0
     stop: tuple[int, float] | None = None
+    ctx.expect_calls(ctx.rollout_calls(n))
     with ctx.burst(n):
         while (sent < n and stop is None) or pending:
             while sent < n and stop is None and len(pending) < width:
@@ -340,6 +342,7 @@ def _sampled(ctx: RunContext, skill_hash: str, split: str) -> TestEvaluated:
     """Every item of `split`, `samples` times (sample i's requests carry seed i); results item by item."""
     cfg, skill = ctx.config, ctx.blob(skill_hash)
     jobs = [(item, i) for item in ctx.env.items(split) for i in range(cfg.samples)]
+    ctx.expect_calls(ctx.rollout_calls(len(jobs)))
     results = ctx.map(lambda job: rollout_one(ctx, skill, job[0], job[1]), jobs)
     check_rollout_errors(ctx, results)
     scores = summarize(results, cfg.gate_metric, cfg.gate_mixed_weight, skill, cfg.semantic_density_weight)
