@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from skillstate.cli.app import cli, db_option
+from skillstate.cli.app import cli, db_option, echo_json
 from skillstate.errors import UserError
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def sim_world_named(env_name: str | None, data: str | None, config_file: str | N
 
 @cli.group()
 def db() -> None:
-    """Database schema commands (Alembic migrations shipped in the package)."""
+    """Database commands: the schema (Alembic migrations shipped in the package) and copying runs."""
 
 
 @db.command("upgrade")
@@ -153,3 +153,77 @@ def _engine(url: str, *, create: bool) -> Iterator[Engine]:
         raise DatabaseProblem(f"cannot use database {shown}: {db_reason(err)}") from None
     finally:
         engine.dispose()
+
+
+@db.command("copy")
+@click.option("--from", "source_url", required=True, metavar="URL", help="The database to copy from (only read).")
+@click.option("--to", "dest_url", required=True, metavar="URL",
+              help="The database to copy into (created or upgraded if needed).")
+@click.argument("run_ids", nargs=-1, metavar="[RUN]...")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def db_copy(source_url, dest_url, run_ids, as_json) -> None:
+    """Copy runs (default: all) between databases, with their fork ancestors,
+    every blob they name and their LLM calls, then audit each at the
+    destination. Events are copied byte for byte, so the hash chain holds
+    there, and a copied run resumes, forks and verifies without paying again.
+
+    A run already there with the same log is left as it is; one whose log
+    there is a prefix of this one (it grew since the last copy) gets the
+    missing events; one with a different log is refused, and nothing is
+    copied. Each run is written in one transaction. A run being driven at
+    the source is copied up to its last committed event. Exit 2 for a refusal
+    (one line, nothing written), 1 if a copied run does not audit there.
+
+    \b
+    Example:
+        skillstate db copy --from sqlite:///skillstate.db \\
+            --to postgresql+psycopg://me@db.team/skills my-run my-fork
+    """
+    from skillstate.db_copy import copy_runs, runs_to_copy, same_database
+    from skillstate.store import open_store
+
+    source = open_store(source_url, create=False, write=False)
+    try:
+        if same_database(source_url, dest_url):
+            raise UserError(f"--from and --to name the same database ({source.display_url}); nothing to copy")
+        runs_to_copy(source, list(run_ids) or None)  # an unknown run: refused before the destination is touched
+        dest = open_store(dest_url)
+        try:
+            shown: list[str] = []
+
+            def show(result) -> None:  # the header once the copy is under way: a refusal stays one line
+                if not shown:
+                    click.echo(f"copying from {source.display_url} to {dest.display_url}")
+                    shown.append(result.run_id)
+                _copy_line(result)
+
+            report = copy_runs(source, dest, list(run_ids) or None, on_run=None if as_json else show)
+        finally:
+            dest.close()
+    finally:
+        source.close()
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        totals, n = report.totals(), len(report.runs)
+        rate = (f" ({totals['events_copied'] / report.seconds:,.0f} events/s)"
+                if report.seconds > 0 and totals["events_copied"] else "")
+        click.echo(f"{n} run{'s' if n != 1 else ''}: {totals['events_copied']} events, {totals['blobs_copied']} "
+                   f"blobs and {totals['calls_copied']} calls copied in {report.seconds:.2f} s{rate}")
+    bad = [r for r in report.runs if r.audit_ok is False]
+    if bad:
+        raise click.ClickException(f"run {bad[0].run_id} does not audit at the destination: "
+                                   f"{bad[0].audit_problems[0]}")
+
+
+def _copy_line(result) -> None:
+    what = {"copied": f"copied {result.events_copied} events",
+            "appended": f"appended {result.events_copied} events (now {result.events})",
+            "already there": f"already there ({result.events} events)"}[result.status]
+    notes = [f"{result.blobs_copied} blobs, {result.calls_copied} calls"]
+    if result.ancestor:
+        notes.append("a fork ancestor")
+    if result.driven:
+        notes.append("being driven at the source: up to its last committed event")
+    verdict = "audit ok" if result.audit_ok else "AUDIT FAILED" if result.audit_ok is False else "not audited"
+    click.echo(f"  {result.run_id}: {what}; {'; '.join(notes)}; {verdict} ({result.seconds:.2f} s)")

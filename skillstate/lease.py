@@ -7,6 +7,14 @@ The lease lapses when its holder stops renewing it: `ttl` seconds after a
 holder on another machine died, and at once when the holder was a process on
 this machine that no longer exists, so a crashed run resumes right away.
 Leases coordinate writers; they are not run state and never enter the log.
+
+A holder is named `HOST:PID:TOKEN`. HOST is the machine's hostname, or
+$SKILLSTATE_HOST_ID when set: the name a driver gives its machine, for
+containers or pods whose hostnames collide (or that share one across pid
+namespaces). Processes that give the same HOST must see each other's pids,
+since a holder on "this machine" whose pid is gone is taken over at once.
+$SKILLSTATE_LEASE_TTL sets the ttl in seconds (default 60): a holder renews
+every ttl/4.
 """
 
 from __future__ import annotations
@@ -19,10 +27,37 @@ import threading
 
 from sqlalchemy import and_, delete, or_, select, update
 
-from skillstate.errors import RunBusyError
+from skillstate.errors import RunBusyError, UserError
 from skillstate.store import Store, insert_ignoring_duplicates, run_leases
 
 DEFAULT_TTL = 60.0
+HOST_ID_ENV = "SKILLSTATE_HOST_ID"
+TTL_ENV = "SKILLSTATE_LEASE_TTL"
+
+
+def host_id() -> str:
+    """The name of this machine in lease holders: $SKILLSTATE_HOST_ID, else the hostname."""
+    name = os.environ.get(HOST_ID_ENV)
+    if name is None or name == "":
+        return socket.gethostname()
+    if ":" in name or len(name) > 200 or not name.isprintable() or name != name.strip():
+        raise UserError(f"${HOST_ID_ENV} must be a name of at most 200 printable characters without ':' or "
+                        f"surrounding spaces, got {name!r}")
+    return name
+
+
+def lease_ttl() -> float:
+    """The lease ttl in seconds: $SKILLSTATE_LEASE_TTL, else 60."""
+    text = os.environ.get(TTL_ENV)
+    if not text:
+        return DEFAULT_TTL
+    try:
+        ttl = float(text)
+    except ValueError:
+        ttl = float("nan")
+    if not 0.5 <= ttl <= 86400:  # (nan fails too)
+        raise UserError(f"${TTL_ENV} must be a number of seconds from 0.5 to 86400, got {text!r}")
+    return ttl
 
 
 def _now() -> dt.datetime:
@@ -37,7 +72,7 @@ def _holder_gone(holder: str) -> bool:
     """True when `holder` names a process on this machine that has exited."""
     host, _, rest = holder.partition(":")
     pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
+    if host != host_id() or not pid.isdigit():
         return False
     try:
         os.kill(int(pid), 0)
@@ -51,9 +86,9 @@ def _holder_gone(holder: str) -> bool:
 class RunLease:
     """The lease of one run, held by this process while it drives the run."""
 
-    def __init__(self, store: Store, run_id: str, ttl: float = DEFAULT_TTL):
-        self.store, self.run_id, self.ttl = store, run_id, ttl
-        self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+    def __init__(self, store: Store, run_id: str, ttl: float | None = None):
+        self.store, self.run_id, self.ttl = store, run_id, lease_ttl() if ttl is None else ttl
+        self.holder = f"{host_id()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.lost = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
