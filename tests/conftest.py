@@ -85,6 +85,34 @@ def any_store(request, tmp_path):
     drop_pg_schemas(base, [schema])
 
 
+class Databases:
+    """Fresh databases for one test: SQLite files in its tmp_path, or new
+    PostgreSQL schemas (skipped without $SKILLSTATE_TEST_PG_URL), dropped after."""
+
+    def __init__(self, tmp_path: Path, default: str = "sqlite", pg_timezone: str | None = None):
+        self.tmp_path, self.default, self.pg_timezone = tmp_path, default, pg_timezone
+        self.schemas: list[str] = []
+        self.n = 0
+
+    def new(self, kind: str | None = None) -> str:
+        self.n += 1
+        if (kind or self.default) == "sqlite":
+            return f"sqlite:///{self.tmp_path / f'db{self.n}.db'}"
+        base = os.environ.get(PG_ENV)
+        if not base:
+            pytest.skip(f"{PG_ENV} is not set")
+        schema, url = new_pg_schema(base)
+        self.schemas.append(schema)
+        if self.pg_timezone:  # a session whose clock is not UTC
+            url = url.replace("search_path%3D", f"timezone%3D{self.pg_timezone}%20-csearch_path%3D")
+        return url
+
+    def drop(self) -> None:
+        base = os.environ.get(PG_ENV)
+        if self.schemas and base:
+            drop_pg_schemas(base, self.schemas)
+
+
 SLOW_ENV = "SKILLSTATE_SLOW"
 
 

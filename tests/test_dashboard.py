@@ -242,9 +242,8 @@ def test_it_never_writes(client, db):
         store.close()
 
 
-def test_live_version_changes_when_a_run_grows(tmp_path):
-    url = f"sqlite:///{tmp_path / 'live.db'}"
-    writer = Store(url)
+def run_one_step(store: Store, run_id: str, tmp_path):
+    """Train `run_id` for one step and stop it there (a stop file); returns the config that resumes it."""
     stop = tmp_path / "STOP"
     config = small_config(stop_file=str(stop))
 
@@ -252,8 +251,15 @@ def test_live_version_changes_when_a_run_grows(tmp_path):
         if p.kind == "event" and p.event.type == "GateDecided":
             stop.touch()
 
-    Trainer(config, store=writer, run_id="grow", on_progress=stop_after_step_1).train()
+    Trainer(config, store=store, run_id=run_id, on_progress=stop_after_step_1).train()
     stop.unlink()
+    return config
+
+
+def test_live_version_changes_when_a_run_grows(tmp_path):
+    url = f"sqlite:///{tmp_path / 'live.db'}"
+    writer = Store(url)
+    config = run_one_step(writer, "grow", tmp_path)
     reader = open_read_only(url)
     cache = RunCache(reader)
     with TestClient(create_app(reader)) as c:

@@ -21,7 +21,7 @@ from skillstate.provenance import explain
 from skillstate.store import Store
 from skillstate.trainer import Trainer
 from tests.conftest import small_config
-from tests.test_dashboard import PAYLOAD_IMG, PAYLOAD_SCRIPT, build_runs
+from tests.test_dashboard import PAYLOAD_IMG, PAYLOAD_SCRIPT, build_runs, run_one_step
 
 pytestmark = pytest.mark.browser
 
@@ -218,15 +218,7 @@ def test_hostile_skill_text_renders_as_text_and_runs_nothing(site, page, tmp_pat
 def test_a_run_in_progress_updates_the_page_without_a_reload(browser, tmp_path):
     url = f"sqlite:///{tmp_path / 'live.db'}"
     writer = Store(url)
-    stop = tmp_path / "STOP"
-    config = small_config(stop_file=str(stop))
-
-    def stop_after_step_1(p):
-        if p.kind == "event" and p.event.type == "GateDecided":
-            stop.touch()
-
-    Trainer(config, store=writer, run_id="live", on_progress=stop_after_step_1).train()
-    stop.unlink()
+    config = run_one_step(writer, "live", tmp_path)
     server = Dashboard(url)
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     pg = context.new_page()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import PG_ENV, Crash, crashing_factory, drop_pg_schemas, new_pg_schema, small_config
+from conftest import PG_ENV, Crash, Databases, crashing_factory, small_config
 from sqlalchemy import func, select
 
 from skillstate.audit import audit, verify
@@ -36,28 +36,9 @@ CONFIG = dict(num_epochs=1)  # 3 steps
 FORK_OVERRIDES = {"lr_scheduler": "linear", "edit_budget": 2}
 
 
-class Databases:
-    def __init__(self, tmp_path: Path):
-        self.tmp_path, self.schemas, self.n = tmp_path, [], 0
-
-    def new(self, kind: str = "sqlite") -> str:
-        self.n += 1
-        if kind == "sqlite":
-            return f"sqlite:///{self.tmp_path / f'dst{self.n}.db'}"
-        if not PG_BASE:
-            pytest.skip(f"{PG_ENV} is not set")
-        schema, url = new_pg_schema(PG_BASE)
-        self.schemas.append(schema)
-        return url.replace("search_path%3D", "timezone%3DAsia/Tokyo%20-csearch_path%3D")
-
-    def drop(self) -> None:
-        if self.schemas and PG_BASE:
-            drop_pg_schemas(PG_BASE, self.schemas)
-
-
 @pytest.fixture
 def dbs(tmp_path):
-    d = Databases(tmp_path)
+    d = Databases(tmp_path, "sqlite", "Asia/Tokyo")
     yield d
     d.drop()
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import PG_ENV, drop_pg_schemas, new_pg_schema, scripted_factory, small_config
+from conftest import PG_ENV, Databases, scripted_factory, small_config
 from sqlalchemy import delete, func, select, update
 
 from skillstate.audit import audit, verify
@@ -61,30 +61,6 @@ TIMEOUT = 180.0
 
 
 # --- databases and processes --------------------------------------------------
-
-
-class Databases:
-    """Fresh databases for one test: SQLite files, or PostgreSQL schemas
-    (dropped at the end)."""
-
-    def __init__(self, tmp_path: Path):
-        self.tmp_path = tmp_path
-        self.schemas: list[str] = []
-        self.n = 0
-
-    def new(self, kind: str = "sqlite") -> str:
-        self.n += 1
-        if kind == "sqlite":
-            return f"sqlite:///{self.tmp_path / f'db{self.n}.db'}"
-        if not PG_BASE:
-            pytest.skip(f"{PG_ENV} is not set")
-        schema, url = new_pg_schema(PG_BASE)
-        self.schemas.append(schema)
-        return url
-
-    def drop(self) -> None:
-        if self.schemas and PG_BASE:
-            drop_pg_schemas(PG_BASE, self.schemas)
 
 
 class Proc:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -26,8 +25,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import PG_ENV, drop_pg_schemas, new_pg_schema, small_config
+from conftest import PG_ENV, Databases, small_config
 from sqlalchemy import distinct, func, insert, select, update
+from test_sweep import Proc
 
 from skillstate.audit import audit, verify
 from skillstate.errors import RunBusyError, UserError
@@ -51,74 +51,18 @@ BUSY = "is being driven by another process"
 # --- databases and processes ------------------------------------------------------------------------------------
 
 
-class Databases:
-    def __init__(self, tmp_path: Path):
-        self.tmp_path, self.schemas, self.n = tmp_path, [], 0
-
-    def new(self, kind: str = "postgresql") -> str:
-        self.n += 1
-        if kind == "sqlite":
-            return f"sqlite:///{self.tmp_path / f'db{self.n}.db'}"
-        if not PG_BASE:
-            pytest.skip(f"{PG_ENV} is not set")
-        schema, url = new_pg_schema(PG_BASE)
-        self.schemas.append(schema)
-        return url
-
-    def drop(self) -> None:
-        if self.schemas and PG_BASE:
-            drop_pg_schemas(PG_BASE, self.schemas)
-
-
 @pytest.fixture
 def dbs(tmp_path):
-    d = Databases(tmp_path)
+    d = Databases(tmp_path, "postgresql", None)
     yield d
     d.drop()
 
 
-class Driver:
-    """A `skillstate` process presenting itself as machine `machine`."""
+class Driver(Proc):
+    """A `skillstate` process (tests/sweep_driver.py) presenting itself as machine `machine`."""
 
     def __init__(self, tmp_path: Path, name: str, machine: str, args: list[str], **env: str):
-        self.name = name
-        self.out, self.err, self.marker = (tmp_path / f"{name}.{ext}" for ext in ("out", "err", "marker"))
-        full = {**os.environ, "SKILLSTATE_HOST_ID": machine, "SWEEP_MARKER": str(self.marker),
-                **{k: str(v) for k, v in env.items()}}
-        with open(self.out, "w") as out, open(self.err, "w") as err:
-            self.popen = subprocess.Popen([sys.executable, str(DRIVER), *args], cwd=str(tmp_path), env=full,
-                                          stdout=out, stderr=err, stdin=subprocess.DEVNULL)
-
-    @property
-    def stderr(self) -> str:
-        return self.err.read_text()
-
-    def describe(self) -> str:
-        return (f"{self.name} rc={self.popen.returncode}\nstdout:\n{self.out.read_text()[-2000:]}\n"
-                f"stderr:\n{self.stderr[-2000:]}")
-
-    def wait(self, timeout: float = TIMEOUT) -> int:
-        try:
-            return self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            pytest.fail(f"{self.name} did not finish in {timeout:.0f} s:\n{self.describe()}")
-
-    def wait_marker(self, timeout: float = TIMEOUT) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.marker.exists():
-                return self.marker.read_text()
-            if self.popen.poll() is not None:
-                pytest.fail(f"{self.name} exited before its pause point:\n{self.describe()}")
-            time.sleep(0.01)
-        self.kill()
-        pytest.fail(f"{self.name} never reached its pause point:\n{self.describe()}")
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            os.kill(self.popen.pid, signal.SIGKILL)
-        self.popen.wait(timeout=30)
+        super().__init__(tmp_path, name, args, {"SKILLSTATE_HOST_ID": machine, **{k: str(v) for k, v in env.items()}})
 
 
 @pytest.fixture
