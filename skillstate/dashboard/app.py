@@ -124,12 +124,14 @@ def create_app(store: Store, *, allowed_hosts: list[str] | None = None) -> Starl
         return request.path_params["run_id"]
 
     def runs(request: Request) -> Response:
-        return render("runs.html", rows=pages.runs_page(cache), live=version_of(None), live_scope="")
+        live = version_of(None)  # before the data: an event appended meanwhile shows at the next poll
+        return render("runs.html", rows=pages.runs_page(cache), live=live, live_scope="")
 
     def run(request: Request) -> Response:
         rid = run_id_of(request)
+        live = version_of([rid])
         data = pages.run_page(cache, rid, all_steps=request.query_params.get("steps") == "all")
-        return render("run.html", **data, live=version_of([rid]), live_scope=rid)
+        return render("run.html", **data, live=live, live_scope=rid)
 
     def step(request: Request) -> Response:
         rid = run_id_of(request)
@@ -140,25 +142,28 @@ def create_app(store: Store, *, allowed_hosts: list[str] | None = None) -> Starl
         if pages.run_row(cache, rid)["mode"] == "bank":
             return RedirectResponse(f"/runs/{quote(rid)}/bank", status_code=303)
         which = request.query_params.get("which", "best")
-        return render("skill.html", **pages.skill_page(cache, rid, which), live=version_of([rid]), live_scope=rid)
+        live = version_of([rid])
+        return render("skill.html", **pages.skill_page(cache, rid, which), live=live, live_scope=rid)
 
     def lineage(request: Request) -> Response:
         rid = run_id_of(request)
+        live = version_of(None)
         data = pages.lineage_page(cache, rid)
-        return render("lineage.html", **data, run=pages.run_row(cache, rid), live=version_of(None), live_scope="")
+        return render("lineage.html", **data, run=pages.run_row(cache, rid), live=live, live_scope="")
 
     def bank(request: Request) -> Response:
         rid = run_id_of(request)
-        return render("bank.html", **pages.bank_page(cache, rid), live=version_of([rid]), live_scope=rid)
+        live = version_of([rid])
+        return render("bank.html", **pages.bank_page(cache, rid), live=live, live_scope=rid)
 
     def compare(request: Request) -> Response:
         a, b = request.query_params.get("a"), request.query_params.get("b")
         all_runs = [r.run_id for r in store.list_runs() if r.kind == "train"]
         if not a or not b:
             return render("compare.html", choices=all_runs, a=a, b=b, data=None)
+        live = version_of([a, b])
         data = pages.compare_page(cache, a, b)
-        return render("compare.html", choices=all_runs, a=a, b=b, data=data, live=version_of([a, b]),
-                      live_scope=f"{a},{b}")
+        return render("compare.html", choices=all_runs, a=a, b=b, data=data, live=live, live_scope=f"{a},{b}")
 
     def api_runs(request: Request) -> Response:
         return JSONResponse(pages.runs_page(cache))
