@@ -44,14 +44,19 @@ def build_runs(store: Store, tmp_path) -> None:
     Trainer(small_config(num_epochs=1, initial_skill=hostile_skill(tmp_path)), store=store, run_id="xss").train()
 
 
-@pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("dash")
+def runs_database(tmp) -> str:
+    """A SQLite database in `tmp` holding `build_runs`' runs; its URL."""
     url = f"sqlite:///{tmp / 'runs.db'}"
     store = Store(url)
     build_runs(store, tmp)
     store.close()
-    return url, tmp / "runs.db"
+    return url
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dash")
+    return runs_database(tmp), tmp / "runs.db"
 
 
 @pytest.fixture(scope="module")

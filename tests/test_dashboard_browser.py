@@ -21,7 +21,7 @@ from skillstate.provenance import explain
 from skillstate.store import Store
 from skillstate.trainer import Trainer
 from tests.conftest import small_config
-from tests.test_dashboard import PAYLOAD_IMG, PAYLOAD_SCRIPT, build_runs, run_one_step
+from tests.test_dashboard import PAYLOAD_IMG, PAYLOAD_SCRIPT, run_one_step, runs_database
 
 pytestmark = pytest.mark.browser
 
@@ -66,11 +66,7 @@ def browser():
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("dash-browser")
-    url = f"sqlite:///{tmp / 'runs.db'}"
-    store = Store(url)
-    build_runs(store, tmp)
-    store.close()
+    url = runs_database(tmp_path_factory.mktemp("dash-browser"))
     server = Dashboard(url)
     yield server, url
     server.close()
