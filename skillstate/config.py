@@ -222,6 +222,15 @@ class SkillConfig(BaseModel):
     test_split: str = "test"
     eval_test: bool = Field(True, description="Score the initial and best skill on the test split at the end.")
     concurrency: int = Field(8, ge=1, description="LLM calls in flight at once.")
+    executor: Literal["threads", "ray"] = Field(
+        "threads", description="Where rollouts and evaluations run: threads (in this process) or ray (Ray tasks on a "
+                               "pool of environment actors; the ray extra). The driver still journals every call and "
+                               "appends every event, so the events are the same.")
+    ray_address: str | None = Field(
+        None, description="executor ray: the cluster to join (auto, or ray://HOST:10001); unset starts a local one.")
+    ray_num_cpus: float = Field(
+        1.0, ge=0, description="executor ray: CPUs each environment actor reserves (0 for an environment that only "
+                               "waits on the endpoint); there are min(concurrency, cluster CPUs / this) actors.")
     max_consecutive_failures: int = Field(
         16, ge=0, description="Circuit breaker: stop the run (resumable) after this many failed LLM calls in a row; 0 "
                               "turns it off.")
@@ -270,7 +279,8 @@ class SkillConfig(BaseModel):
 # Keys that change how a run reaches its models but not what it computes:
 # they may differ when a run is resumed.
 RUNTIME_KEYS = {
-    "concurrency", "max_cost_usd", "prices", "max_consecutive_failures", "max_stage_failure_share",
+    "concurrency", "executor", "ray_address", "ray_num_cpus",
+    "max_cost_usd", "prices", "max_consecutive_failures", "max_stage_failure_share",
     "stop_after_no_improvement", "target_score", "max_wall_seconds", "stop_file",
     "overlap_start", "speculative_rollout",
     "optimizer.base_url", "optimizer.api_key_env", "optimizer.timeout", "optimizer.max_retries",

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from skillstate.bank.embedding import Embedder, SimEmbedder
 from skillstate.config import SkillConfig
+from skillstate.engine.executors import Executor, ThreadsExecutor
 from skillstate.engine.lanes import FOREGROUND, Slots
 from skillstate.engine.meter import CallMeter, CallProgress
 from skillstate.engine.parsing import response_format
@@ -90,6 +91,7 @@ class RunContext:
         self.health = health or CallHealth(0, 1.0)
         self.background_clients = background_clients or {}
         self.embedder: Embedder = SimEmbedder()  # mode bank: retrieval and deduplication (build_context sets it)
+        self.executor: Executor = ThreadsExecutor()  # where rollouts run (build_context sets the config's)
         self._blobs: dict[str, str] = {}
         self._lock = threading.Lock()
         self._slots = Slots(config.concurrency)
@@ -108,6 +110,7 @@ class RunContext:
         self._closing = True  # background work still waiting for a slot returns without running
         self._ahead.shutdown(wait=True, cancel_futures=True)
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self.executor.close()
 
     # -- blobs --------------------------------------------------------------
 

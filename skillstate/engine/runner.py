@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -22,6 +23,7 @@ from skillstate.engine.create import (  # noqa: F401  (re-exported)
     fork_run,
     preflight,
 )
+from skillstate.engine.executors import make_executor
 from skillstate.engine.loading import (  # noqa: F401  (re-exported)
     LoadedRun,
     config_of,
@@ -155,8 +157,13 @@ def drive(ctx: RunContext, state: RunState, before_stage: Callable[[str], None] 
 # Environment kinds by the config key `env`.
 def env_of(store: Store, state: RunState, config: SkillConfig | None = None) -> SkillEnv:
     """The run's environment, with its stored settings, on the dataset snapshot stored in its log."""
-    splits = {name: json.loads(store.get_blob(info["hash"])) for name, info in state.dataset.items()}
-    return make_env(state.config.get("env", "qa"), state.config.get("env_config") or {}, splits, config)
+    return make_env(state.config.get("env", "qa"), state.config.get("env_config") or {}, dataset_of(store, state),
+                    config)
+
+
+def dataset_of(store: Store, state: RunState) -> dict[str, list[dict[str, Any]]]:
+    """The run's dataset snapshot: split -> items."""
+    return {name: json.loads(store.get_blob(info["hash"])) for name, info in state.dataset.items()}
 
 
 def make_backend(config: SkillConfig, env: SkillEnv, role: str) -> LLMClient:
@@ -202,6 +209,8 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
         source = None if verifying else LocalEmbeddings() if local else OpenAIEmbeddings(config.optimizer)
         ctx.embedder = JournaledEmbedder(source, store, run_id=run_id, run_ids=scope, before=verify_until,
                                          model=LOCAL_MODEL if local else config.bank.embedding_model, budget=budget)
+    if "target" in clients:  # the executor that runs rollouts (training and evaluation runs)
+        ctx.executor = make_executor(ctx, dataset_of(store, state))
     models: dict[str, list[str]] = {}  # one warning per model, whatever roles share it
     for role in roles_of(state.kind):
         models.setdefault(config.model_for(role), []).append(role)

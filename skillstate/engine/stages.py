@@ -12,7 +12,6 @@ from typing import Any
 from skillstate import gate as gate_rules
 from skillstate.bank.document import prompt_for
 from skillstate.engine.context import RunContext
-from skillstate.errors import EnvFailure
 from skillstate.events import (
     BaselineEvaluated,
     CandidateEvaluated,
@@ -30,7 +29,7 @@ from skillstate.events import (
     Usage,
     usage_of,
 )
-from skillstate.llm.base import CallResult, CircuitOpen
+from skillstate.llm.base import CircuitOpen
 from skillstate.reducer import RunState, cache_key, need, step_progress
 from skillstate.scheduler import edit_budget, epoch_batches, position
 from skillstate.util import canonical_json
@@ -40,29 +39,13 @@ from skillstate.util import canonical_json
 
 def rollout_one(ctx: RunContext, skill: str, item: dict[str, Any], sample: int | None = None) -> ItemResult:
     """One item rolled out with `skill` (as sample `sample` of several: its
-    requests carry that index as their seed). An environment that raises
-    stops the run (EnvFailure); an LLM stop raised inside the rollout passes
-    through."""
-    raised: list[BaseException] = []
-
-    def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
-        try:
-            return ctx.llm("target", messages, tools=tools, seed=sample)
-        except BaseException as err:
-            raised.append(err)
-            raise
-
+    requests carry that index as their seed), where the run's executor runs
+    rollouts. An environment that raises stops the run (EnvFailure); an LLM
+    stop raised inside the rollout passes through."""
     retrieved: list[RetrievedSkill] = []
     if ctx.config.mode == "bank":  # the skill is the bank: this task sees the skills retrieved for it
         skill, retrieved = prompt_for(skill, item, ctx.config.bank, ctx.embedder)
-    try:
-        out = ctx.env.rollout(skill, item, complete, ctx.prompts)
-    except Exception as err:
-        if raised and err is raised[-1]:
-            raise
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise EnvFailure(f"env {ctx.config.env!r} failed on item {item['id']!r}: {type(err).__name__}: "
-                         f"{first}") from err
+    out = ctx.executor.rollout(ctx, skill, item, sample)
     stored = out.trajectory if out.trajectory is not None else out.messages
     return ItemResult(
         item_id=item["id"], task_type=out.task_type, hard=out.hard, soft=out.soft, fail_reason=out.fail_reason,

@@ -23,6 +23,15 @@ from skillstate.store import Store
 from skillstate.util import canonical_json, sha256_text
 
 
+def failure_text(err: BaseException, plain: bool = False) -> str:
+    """What the journal records of a failed call: the message of a CallFailed (`plain`), else the error's
+    type and first line; credentials masked."""
+    if plain:
+        return redact(str(err))
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return redact(f"{type(err).__name__}: {first}")
+
+
 class RecordingClient:
     def __init__(self, backend: LLMClient | None, store: Store, *, run_id: str, role: str,
                  run_ids: list[str] | None = None, before=None, budget=None, health: CallHealth | None = None):
@@ -38,6 +47,7 @@ class RecordingClient:
         self.served = 0
         self._inflight: dict[str, threading.Event] = {}  # request hash -> set when its sender is done
         self._finished: dict[str, int] = {}  # request hash -> how many of its sends here have been recorded
+        self._owners: dict[str, object] = {}  # request hash in flight -> the task holding it (Ray), or None
         self._inflight_lock = threading.Lock()
 
     def complete(self, request: ChatRequest) -> CallResult:
@@ -50,6 +60,20 @@ class RecordingClient:
         # the request's canonical JSON, made once: its hash (`request.hash`) and the text journaled
         body = canonical_json(request.to_dict())
         h = sha256_text(body)
+        served = self.claim(h)
+        if served is not None:
+            return served
+        try:
+            return self._send(request, h, body)
+        finally:
+            self.release(h)
+
+    def claim(self, h: str, owner: object = None) -> CallResult | None:
+        """The recorded reply to request `h`, or None: then the caller is to
+        send it and must `release(h)` once its call is recorded (or failed).
+        While another caller holds `h`, this one waits for it. A caller with
+        the same `owner` as the holder (a retried Ray task whose first
+        attempt died holding `h`) takes the claim over instead of waiting."""
         while True:
             finished = self._finished.get(h, 0)
             served = self._serve(h)
@@ -57,21 +81,36 @@ class RecordingClient:
                 return served
             with self._inflight_lock:
                 waiting = self._inflight.get(h)
+                if waiting is not None and owner is not None and self._owners.get(h) == owner:
+                    return None  # taken over: the holder was an earlier attempt of this task
                 if waiting is None:
-                    mine = self._inflight[h] = threading.Event()
+                    self._inflight[h] = threading.Event()
+                    self._owners[h] = owner
                     # another thread's send of it was recorded between the check and the claim
                     recorded_since = self._finished.get(h, 0) != finished
             if waiting is None:
                 break
             waiting.wait()  # then served; if that call failed, this caller tries itself
-        try:
-            served = self._serve(h) if recorded_since else None
-            return served if served is not None else self._send(request, h, body)
-        finally:
-            with self._inflight_lock:
-                self._finished[h] = self._finished.get(h, 0) + 1
-                del self._inflight[h]
-            mine.set()
+        served = self._serve(h) if recorded_since else None
+        if served is not None:
+            self.release(h)
+        return served
+
+    def release(self, h: str) -> None:
+        """End the claim on `h`: callers waiting for it look in the table again."""
+        with self._inflight_lock:
+            self._finished[h] = self._finished.get(h, 0) + 1
+            self._owners.pop(h, None)
+            done = self._inflight.pop(h, None)
+        if done is not None:
+            done.set()
+
+    def release_all(self, owners: set[object]) -> None:
+        """Release the claims still held by `owners` (tasks that will never record them)."""
+        with self._inflight_lock:
+            held = [h for h, owner in self._owners.items() if owner is not None and owner in owners]
+        for h in held:
+            self.release(h)
 
     def _serve(self, h: str) -> CallResult | None:
         row = self.store.find_call(h, run_ids=self.run_ids)
@@ -85,9 +124,7 @@ class RecordingClient:
 
     def _send(self, request: ChatRequest, h: str, body: str) -> CallResult:
         assert self.backend is not None  # complete() verifies when there is no backend
-        self.health.check()
-        if self.budget is not None:
-            self.budget.check()
+        self.may_send()
         start = time.perf_counter()
         resp: ChatResponse | None = None
         try:
@@ -97,17 +134,27 @@ class RecordingClient:
             self.health.trip(err)
             raise
         except CallFailed as err:
-            error = redact(str(err))
+            error = failure_text(err, plain=True)
         except Exception as err:  # a backend's own failure: one failed call, never an aborted stage
-            error = redact(f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}")
-        latency = (time.perf_counter() - start) * 1000
+            error = failure_text(err)
+        return self.record(request.model, h, body, resp, error, (time.perf_counter() - start) * 1000)
+
+    def may_send(self) -> None:
+        """Raise when no request may be sent now (the circuit breaker is open, or the budget is spent)."""
+        self.health.check()
+        if self.budget is not None:
+            self.budget.check()
+
+    def record(self, model: str, h: str, body: str, resp: ChatResponse | None, error: str | None,
+               latency_ms: float) -> CallResult:
+        """Journal one sent request's outcome (sent here, or by a Ray worker) and count it."""
         pt, ct = (resp.prompt_tokens, resp.completion_tokens) if resp is not None else (0, 0)
-        self.store.record_call(run_id=self.run_id, role=self.role, request_hash=h, model=request.model,
+        self.store.record_call(run_id=self.run_id, role=self.role, request_hash=h, model=model,
                                request=body, response=resp.to_dict() if resp is not None else None,
-                               prompt_tokens=pt, completion_tokens=ct, latency_ms=latency, error=error)
+                               prompt_tokens=pt, completion_tokens=ct, latency_ms=latency_ms, error=error)
         self.sent += 1
         if self.budget is not None and resp is not None:
-            self.budget.add(request.model, pt, ct)
+            self.budget.add(model, pt, ct)
         self.health.record(self.role, error)
         if error is not None:
             return CallResult(CallRef(request_hash=h, role=self.role, error=error), error=error)
@@ -122,6 +169,7 @@ class RecordingClient:
         other = RecordingClient(self.backend, self.store, run_id=self.run_id, role=self.role, run_ids=self.run_ids,
                                 before=self.before, budget=self.budget, health=health)
         other._inflight, other._finished, other._inflight_lock = self._inflight, self._finished, self._inflight_lock
+        other._owners = self._owners
         return other
 
     def unusable(self, request: ChatRequest, resp: ChatResponse) -> str | None:

@@ -1,0 +1,79 @@
+"""Where rollouts run (config key `executor`): `threads`, in this process on
+the run context's worker threads, or `ray`, as Ray tasks on a pool of
+environment actors (`skillstate.engine.ray_executor`). Either way the stages
+see the same `RolloutOutcome`s and the driver journals every call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from skillstate.envs.base import RolloutOutcome, SkillEnv
+from skillstate.errors import ConfigError, EnvFailure
+from skillstate.llm.base import CallResult
+
+if TYPE_CHECKING:
+    from skillstate.engine.context import RunContext
+
+# One target call of a rollout: (messages, tools) -> its result.
+TargetCall = Callable[[list[dict[str, Any]], "list[dict[str, Any]] | None"], CallResult]
+
+
+class Executor(Protocol):
+    def rollout(self, ctx: RunContext, skill: str, item: dict[str, Any], sample: int | None) -> RolloutOutcome:
+        """Roll `item` out with the skill text `skill` (as sample `sample`); raise EnvFailure when the
+        environment fails, or the error that stopped one of its LLM calls."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ThreadsExecutor:
+    """Rollouts on the calling thread (the run context's pool bounds them)."""
+
+    def rollout(self, ctx: RunContext, skill: str, item: dict[str, Any], sample: int | None) -> RolloutOutcome:
+        def target(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
+            return ctx.llm("target", messages, tools=tools, seed=sample)
+
+        return run_rollout(ctx.env, ctx.config.env, skill, item, ctx.prompts, target)
+
+    def close(self) -> None:
+        pass
+
+
+def run_rollout(env: SkillEnv, env_name: str, skill: str, item: dict[str, Any], prompts: dict[str, str],
+                target: TargetCall) -> RolloutOutcome:
+    """One rollout, wherever it runs. An error raised by a target call (an
+    LLM stop) passes through; anything else the environment raises becomes
+    an EnvFailure naming the item."""
+    raised: list[BaseException] = []
+
+    def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
+        try:
+            return target(messages, tools)
+        except BaseException as err:
+            raised.append(err)
+            raise
+
+    try:
+        return env.rollout(skill, item, complete, prompts)
+    except Exception as err:
+        if raised and err is raised[-1]:
+            raise
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise EnvFailure(f"env {env_name!r} failed on item {item['id']!r}: {type(err).__name__}: {first}") from err
+
+
+def make_executor(ctx: RunContext, splits: dict[str, list[dict[str, Any]]]) -> Executor:
+    """The executor the run's config names (verification always re-executes on threads: it sends nothing)."""
+    if ctx.config.executor == "threads" or ctx.verifying:
+        return ThreadsExecutor()
+    if ctx.config.executor == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ConfigError("executor ray needs Ray: pip install 'skillstate[ray]'") from None
+        from skillstate.engine.ray_executor import RayExecutor
+
+        return RayExecutor(ctx, splits)
+    raise ConfigError(f"unknown executor {ctx.config.executor!r}")

@@ -1,0 +1,170 @@
+"""`executor: ray` on the driver: rollouts go to a pool of environment actors
+(`ray_worker.EnvWorker`), and the driver answers their calls' claims and
+journals their outcomes (`ray_worker.CallDesk`). The driver stays the only
+process that touches the database.
+
+The concurrency cap holds across the cluster: each rollout holds one of the
+run context's slots (at most `concurrency`) for as long as its Ray task
+runs, and there are at most `concurrency` actors. An actor whose process
+dies is restarted and its task retried (up to `RETRIES` times); the retry is
+served every call its first attempt journaled, and takes over the claim of
+a request that attempt was still sending."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import ray
+from ray.exceptions import RayError
+
+from skillstate.envs.base import RolloutOutcome
+from skillstate.errors import EnvFailure
+from skillstate.llm.base import ChatResponse, FatalLLMError
+from skillstate.llm.recording import RecordingClient
+
+if TYPE_CHECKING:
+    from skillstate.engine.context import RunContext
+
+RETRIES = 3  # restarts of an actor whose process died, and retries of the task it was running
+
+
+def pool_size(concurrency: int, num_cpus: float, cluster_cpus: float) -> int:
+    """How many environment actors: one per slot of the cap, as many as the cluster's CPUs can host."""
+    if num_cpus <= 0:
+        return concurrency
+    return max(1, min(concurrency, int(cluster_cpus // num_cpus)))
+
+
+class RayExecutor:
+    def __init__(self, ctx: RunContext, splits: dict[str, list[dict[str, Any]]]):
+        from skillstate.engine.ray_worker import CallDesk, EnvWorker, WorkerSpec
+
+        cfg = ctx.config
+        self.ctx = ctx
+        self._started = False
+        if not ray.is_initialized():  # join the cluster named, or start a local one for this run
+            ray.init(address=cfg.ray_address, include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.WARNING, configure_logging=False)
+            self._started = True
+        api_key = os.environ.get(cfg.target.api_key_env) if cfg.backend == "openai" else None
+        spec = ray.put(WorkerSpec(env=cfg.env, env_config=dict(cfg.env_config or {}), splits=splits,
+                                  config=cfg.model_dump(mode="json"), prompts=dict(ctx.prompts), api_key=api_key))
+        self.desk: Any = CallDesk.remote()  # type: ignore[attr-defined]
+        actor = ray.remote(EnvWorker).options(num_cpus=cfg.ray_num_cpus, max_restarts=RETRIES,
+                                              max_task_retries=RETRIES)
+        size = pool_size(cfg.concurrency, cfg.ray_num_cpus, float(ray.cluster_resources().get("CPU", 1)))
+        self.workers: list[Any] = [actor.remote(spec, self.desk) for _ in range(size)]
+        self._idle: queue.Queue[Any] = queue.Queue()
+        for worker in self.workers:
+            self._idle.put(worker)
+        self._stops: dict[str, BaseException] = {}  # task -> the error its refused call raised on the driver
+        self._tasks: set[str] = set()
+        self._closing = False
+        self._handlers = ThreadPoolExecutor(max_workers=cfg.concurrency + 4, thread_name_prefix="skillstate-desk")
+        self._service = threading.Thread(target=self._serve_desk, name="skillstate-desk", daemon=True)
+        self._service.start()
+
+    # -- rollouts -------------------------------------------------------------
+
+    def rollout(self, ctx: RunContext, skill: str, item: dict[str, Any], sample: int | None) -> RolloutOutcome:
+        task = uuid.uuid4().hex  # the same for every retry of this rollout: it owns the calls it claims
+        self._tasks.add(task)
+        worker = self._idle.get()
+        try:
+            kind, value = ray.get(worker.rollout.remote(task, skill, item, sample, ctx.in_background))
+        except RayError as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            raise EnvFailure(f"env {ctx.config.env!r} failed on item {item['id']!r}: the Ray worker failed "
+                             f"({type(err).__name__}: {first[:200]})") from None
+        finally:
+            self._idle.put(worker)
+            self._tasks.discard(task)
+            for client in self._clients():
+                client.release_all({task})
+        if kind == "ok":
+            return value
+        if kind == "stopped":
+            raise self._stops.pop(task)
+        raise EnvFailure(value)
+
+    def worker_pids(self) -> list[int]:
+        return list(ray.get([w.pid.remote() for w in self.workers]))
+
+    # -- the driver's end of the call desk -----------------------------------------
+
+    def _serve_desk(self) -> None:
+        while not self._closing:
+            try:
+                asks = ray.get(self.desk.take.remote(64, 0.25))
+            except Exception:  # noqa: S112  (the desk is gone: the rollouts waiting on it fail on their own)
+                if self._closing:
+                    return
+                continue
+            for ask, kind, payload in asks:
+                self._handlers.submit(self._handle, ask, kind, payload)
+
+    def _handle(self, ask: int, kind: str, payload: tuple[Any, ...]) -> None:
+        reply = self._claim(*payload) if kind == "claim" else self._record(*payload)
+        self.desk.answer.remote(ask, reply)
+
+    def _client(self, background: bool) -> RecordingClient:
+        return (self.ctx.background_clients if background else self.ctx.clients)["target"]
+
+    def _clients(self) -> list[RecordingClient]:
+        out = [self.ctx.clients["target"]]
+        if "target" in self.ctx.background_clients:
+            out.append(self.ctx.background_clients["target"])
+        return out
+
+    def _claim(self, task: str, h: str, background: bool) -> tuple[str, Any]:
+        client = self._client(background)
+        try:
+            served = client.claim(h, owner=task)
+            if served is not None:
+                self.ctx.meter.record(served=True, failed=served.error is not None, background=background)
+                return "served", served
+            try:
+                client.may_send()
+            except BaseException:
+                client.release(h)
+                raise
+            return "send", None
+        except Exception as err:
+            self._stops[task] = err
+            return "stop", None
+
+    def _record(self, task: str, h: str, model: str, body: str, response: dict[str, Any] | None,
+                error: str | None, latency: float, fatal: str | None, background: bool) -> tuple[str, Any]:
+        client = self._client(background)
+        try:
+            if fatal is not None:
+                err = FatalLLMError(fatal)
+                client.health.trip(err)
+                raise err
+            result = client.record(model, h, body, ChatResponse.from_dict(response) if response else None,
+                                   error, latency)
+            self.ctx.meter.record(served=False, failed=result.error is not None, background=background)
+            return "done", result
+        except Exception as err:
+            self._stops[task] = err
+            return "stop", None
+        finally:
+            client.release(h)
+
+    def close(self) -> None:
+        self._closing = True
+        self._service.join(timeout=5)
+        self._handlers.shutdown(wait=False, cancel_futures=True)
+        for client in self._clients():
+            client.release_all(set(self._tasks))
+        for worker in self.workers:
+            ray.kill(worker)
+        ray.kill(self.desk)
+        if self._started:
+            ray.shutdown()
