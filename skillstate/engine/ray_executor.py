@@ -31,6 +31,7 @@ from skillstate.llm.recording import RecordingClient
 if TYPE_CHECKING:
     from skillstate.engine.context import RunContext
 
+JOURNAL_WAIT = 120.0  # seconds a finished rollout waits for its calls' outcomes to reach the driver
 RETRIES = 3  # restarts of an actor whose process died, and retries of the task it was running
 
 
@@ -53,18 +54,23 @@ class RayExecutor:
                      logging_level=logging.WARNING, configure_logging=False)
             self._started = True
         api_key = os.environ.get(cfg.target.api_key_env) if cfg.backend == "openai" else None
-        spec = ray.put(WorkerSpec(env=cfg.env, env_config=dict(cfg.env_config or {}), splits=splits,
-                                  config=cfg.model_dump(mode="json"), prompts=dict(ctx.prompts), api_key=api_key))
-        self.desk: Any = CallDesk.remote()  # type: ignore[attr-defined]
+        spec = WorkerSpec(env=cfg.env, env_config=dict(cfg.env_config or {}), splits=splits,
+                                  config=cfg.model_dump(mode="json"), prompts=dict(ctx.prompts), api_key=api_key)
+        desk = f"skillstate-desk-{uuid.uuid4().hex}"  # actors find it by name (a handle as an argument would be
+        # an object-store argument, which Ray warns about for actors that restart)
+        self.desk: Any = CallDesk.options(name=desk).remote(spec)  # type: ignore[attr-defined]
         actor = ray.remote(EnvWorker).options(num_cpus=cfg.ray_num_cpus, max_restarts=RETRIES,
                                               max_task_retries=RETRIES)
         size = pool_size(cfg.concurrency, cfg.ray_num_cpus, float(ray.cluster_resources().get("CPU", 1)))
-        self.workers: list[Any] = [actor.remote(spec, self.desk) for _ in range(size)]
+        # each actor reads the spec from the desk, which lives as long as the run (and a restarted actor with it)
+        self.workers: list[Any] = [actor.remote(desk) for _ in range(size)]
         self._idle: queue.Queue[Any] = queue.Queue()
         for worker in self.workers:
             self._idle.put(worker)
         self._stops: dict[str, BaseException] = {}  # task -> the error its refused call raised on the driver
         self._tasks: set[str] = set()
+        self._journaled: dict[tuple[str, str], int] = {}  # (task, attempt) -> its outcomes journaled so far
+        self._journal_done = threading.Condition()
         self._closing = False
         self._handlers = ThreadPoolExecutor(max_workers=cfg.concurrency + 4, thread_name_prefix="skillstate-desk")
         self._service = threading.Thread(target=self._serve_desk, name="skillstate-desk", daemon=True)
@@ -77,7 +83,9 @@ class RayExecutor:
         self._tasks.add(task)
         worker = self._idle.get()
         try:
-            kind, value = ray.get(worker.rollout.remote(task, skill, item, sample, ctx.in_background))
+            kind, value, attempt, left = ray.get(worker.rollout.remote(task, skill, item, sample,
+                                                                      ctx.in_background))
+            self._await_journaled(task, attempt, left)
         except RayError as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             raise EnvFailure(f"env {ctx.config.env!r} failed on item {item['id']!r}: the Ray worker failed "
@@ -87,11 +95,23 @@ class RayExecutor:
             self._tasks.discard(task)
             for client in self._clients():
                 client.release_all({task})
+            with self._journal_done:
+                for key in [k for k in self._journaled if k[0] == task]:
+                    del self._journaled[key]
+        stop = self._stops.pop(task, None)
+        if stop is not None:  # a refused claim, a fatal error, or the journal failing under one of its calls
+            raise stop
         if kind == "ok":
             return value
-        if kind == "stopped":
-            raise self._stops.pop(task)
         raise EnvFailure(value)
+
+    def _await_journaled(self, task: str, attempt: str, left: int) -> None:
+        """Until the `left` outcomes that attempt left at the desk are in the journal (or failed to be)."""
+        with self._journal_done:
+            if not self._journal_done.wait_for(lambda: self._journaled.get((task, attempt), 0) >= left,
+                                               timeout=JOURNAL_WAIT):
+                raise EnvFailure(f"the driver did not receive the outcomes of {left} calls within {JOURNAL_WAIT} s "
+                                 "(the Ray call desk is gone)")
 
     def worker_pids(self) -> list[int]:
         return list(ray.get([w.pid.remote() for w in self.workers]))
@@ -99,6 +119,9 @@ class RayExecutor:
     # -- the driver's end of the call desk -----------------------------------------
 
     def _serve_desk(self) -> None:
+        """Take the workers' asks in the order they were made. Outcomes are journaled here, one after the
+        other, before any later claim is looked at; claims wait on other threads (a claim may wait for the
+        same request in flight elsewhere)."""
         while not self._closing:
             try:
                 asks = ray.get(self.desk.take.remote(64, 0.25))
@@ -107,11 +130,13 @@ class RayExecutor:
                     return
                 continue
             for ask, kind, payload in asks:
-                self._handlers.submit(self._handle, ask, kind, payload)
+                if kind == "claim":
+                    self._handlers.submit(self._answer_claim, ask, payload)
+                else:
+                    self._record(*payload)
 
-    def _handle(self, ask: int, kind: str, payload: tuple[Any, ...]) -> None:
-        reply = self._claim(*payload) if kind == "claim" else self._record(*payload)
-        self.desk.answer.remote(ask, reply)
+    def _answer_claim(self, ask: int, payload: tuple[Any, ...]) -> None:
+        self.desk.answer.remote(ask, self._claim(*payload))
 
     def _client(self, background: bool) -> RecordingClient:
         return (self.ctx.background_clients if background else self.ctx.clients)["target"]
@@ -136,26 +161,27 @@ class RayExecutor:
                 raise
             return "send", None
         except Exception as err:
-            self._stops[task] = err
+            self._stops.setdefault(task, err)
             return "stop", None
 
-    def _record(self, task: str, h: str, model: str, body: str, response: dict[str, Any] | None,
-                error: str | None, latency: float, fatal: str | None, background: bool) -> tuple[str, Any]:
+    def _record(self, task: str, attempt: str, h: str, model: str, body: str, response: dict[str, Any] | None,
+                error: str | None, latency: float, fatal: bool, background: bool) -> None:
         client = self._client(background)
         try:
-            if fatal is not None:
-                err = FatalLLMError(fatal)
+            if fatal:  # as on threads: the run stops, and the call is not journaled
+                err = FatalLLMError(error)
                 client.health.trip(err)
                 raise err
             result = client.record(model, h, body, ChatResponse.from_dict(response) if response else None,
                                    error, latency)
             self.ctx.meter.record(served=False, failed=result.error is not None, background=background)
-            return "done", result
         except Exception as err:
-            self._stops[task] = err
-            return "stop", None
+            self._stops.setdefault(task, err)
         finally:
             client.release(h)
+            with self._journal_done:
+                self._journaled[(task, attempt)] = self._journaled.get((task, attempt), 0) + 1
+                self._journal_done.notify_all()
 
     def close(self) -> None:
         self._closing = True

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import cast
 
 from skillstate.config import redact
 from skillstate.errors import ReplayMissError
@@ -30,6 +29,16 @@ def failure_text(err: BaseException, plain: bool = False) -> str:
         return redact(str(err))
     first = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return redact(f"{type(err).__name__}: {first}")
+
+
+def result_of(h: str, role: str, resp: ChatResponse | None, error: str | None) -> CallResult:
+    """What the caller of a sent request gets: its reply, or its recorded failure."""
+    if error is not None or resp is None:
+        error = error or "no reply"
+        return CallResult(CallRef(request_hash=h, role=role, error=error), error=error)
+    return CallResult(CallRef(request_hash=h, role=role, prompt_tokens=resp.prompt_tokens,
+                              completion_tokens=resp.completion_tokens), text=resp.text,
+                      truncated=resp.finish_reason == "length", tool_calls=resp.tool_calls)
 
 
 class RecordingClient:
@@ -156,11 +165,7 @@ class RecordingClient:
         if self.budget is not None and resp is not None:
             self.budget.add(model, pt, ct)
         self.health.record(self.role, error)
-        if error is not None:
-            return CallResult(CallRef(request_hash=h, role=self.role, error=error), error=error)
-        reply = cast(ChatResponse, resp)  # error is None only after a reply: every failure above sets it
-        return CallResult(self._ref(h, reply), text=reply.text, truncated=reply.finish_reason == "length",
-                          tool_calls=reply.tool_calls)
+        return result_of(h, self.role, resp, error)
 
     def sibling(self, health: CallHealth) -> RecordingClient:
         """A client for work done ahead of time: the same backend, journal,
