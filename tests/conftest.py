@@ -122,6 +122,8 @@ def pytest_configure(config):
                                        f"ScienceWorld); run only when ${SLOW_ENV} is set (.ci/run sets it)")
     config.addinivalue_line("markers", "browser: the dashboard in a real browser (chromium, the browser extra); "
                                        f"run only when ${SLOW_ENV} is set (.ci/run sets it)")
+    config.addinivalue_line("markers", "ray: executor ray on a local Ray cluster (the ray extra); run only when "
+                                       f"${SLOW_ENV} is set (.ci/run sets it)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -129,7 +131,7 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason=f"slow suite: set {SLOW_ENV}=1 to run it (.ci/run does)")
     for item in items:
-        if "slow" in item.keywords or "textworlds" in item.keywords or "browser" in item.keywords:
+        if any(mark in item.keywords for mark in ("slow", "textworlds", "browser", "ray")):
             item.add_marker(skip)
 
 

@@ -85,6 +85,9 @@ def preflight(config: SkillConfig, roles: tuple[str, ...] = ("target", "optimize
     """Fail on missing models or credentials before anything is written; with
     `probe`, also ask each endpoint whether it answers and serves the model,
     so a bad key, a closed port or an unknown model leaves no run behind."""
+    from skillstate.engine.executors import check_executor
+
+    check_executor(config)
     checked: set[tuple[Any, ...]] = set()
     for role in roles:
         model = config.model_for(role)

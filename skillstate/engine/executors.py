@@ -64,16 +64,27 @@ def run_rollout(env: SkillEnv, env_name: str, skill: str, item: dict[str, Any], 
         raise EnvFailure(f"env {env_name!r} failed on item {item['id']!r}: {type(err).__name__}: {first}") from err
 
 
-def make_executor(ctx: RunContext, splits: dict[str, list[dict[str, Any]]]) -> Executor:
-    """The executor the run's config names (verification always re-executes on threads: it sends nothing)."""
-    if ctx.config.executor == "threads" or ctx.verifying:
-        return ThreadsExecutor()
-    if ctx.config.executor == "ray":
+def pool_size(concurrency: int, num_cpus: float, cluster_cpus: float) -> int:
+    """How many environment actors: one per slot of the cap, as many as the cluster's CPUs can host."""
+    if num_cpus <= 0:
+        return concurrency
+    return max(1, min(concurrency, int(cluster_cpus // num_cpus)))
+
+
+def check_executor(config: Any) -> None:
+    """A ConfigError when the executor the config (a SkillConfig) names cannot run here."""
+    if config.executor == "ray":
         try:
             import ray  # noqa: F401
         except ImportError:
             raise ConfigError("executor ray needs Ray: pip install 'skillstate[ray]'") from None
-        from skillstate.engine.ray_executor import RayExecutor
 
-        return RayExecutor(ctx, splits)
-    raise ConfigError(f"unknown executor {ctx.config.executor!r}")
+
+def make_executor(ctx: RunContext, splits: dict[str, list[dict[str, Any]]]) -> Executor:
+    """The executor the run's config names (verification always re-executes on threads: it sends nothing)."""
+    if ctx.config.executor == "threads" or ctx.verifying:
+        return ThreadsExecutor()
+    check_executor(ctx.config)
+    from skillstate.engine.ray_executor import RayExecutor
+
+    return RayExecutor(ctx, splits)

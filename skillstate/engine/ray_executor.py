@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.exceptions import RayError
 
+from skillstate.engine.executors import pool_size
 from skillstate.envs.base import RolloutOutcome
 from skillstate.errors import EnvFailure
 from skillstate.llm.base import ChatResponse, FatalLLMError
@@ -33,13 +34,6 @@ if TYPE_CHECKING:
 
 JOURNAL_WAIT = 120.0  # seconds a finished rollout waits for its calls' outcomes to reach the driver
 RETRIES = 3  # restarts of an actor whose process died, and retries of the task it was running
-
-
-def pool_size(concurrency: int, num_cpus: float, cluster_cpus: float) -> int:
-    """How many environment actors: one per slot of the cap, as many as the cluster's CPUs can host."""
-    if num_cpus <= 0:
-        return concurrency
-    return max(1, min(concurrency, int(cluster_cpus // num_cpus)))
 
 
 class RayExecutor:
