@@ -347,6 +347,8 @@ def public_config(cfg: SkillConfig) -> dict[str, Any]:
     for role in ("optimizer", "target"):
         if data[role].get("base_url"):
             data[role]["base_url"] = redact(data[role]["base_url"])
+    if data.get("ray_address"):
+        data["ray_address"] = redact(data["ray_address"])
     return data
 
 

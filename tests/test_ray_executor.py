@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 
@@ -84,6 +85,7 @@ def _same_run(a: Store, a_id: str, b: Store, b_id: str) -> None:
 
 def _env_worker_pids(busy: bool = False) -> list[int]:
     """The environment actors' processes (Ray titles them after the actor, and the method running)."""
+    pytest.importorskip("ray")  # first: importing ray puts its bundled psutil on the path
     import psutil
 
     title = "ray::EnvWorker.rollout" if busy else "ray::EnvWorker"
@@ -191,3 +193,23 @@ def test_a_budget_stop_on_ray_stops_the_run_resumably(cluster, tmp_path):
     resumed = Trainer(SkillConfig(**SQL, **RAY), store=store, run_id="b").train()
     assert resumed.summary["status"] == "completed"
     assert_paid_once(store, "b")
+
+
+def test_a_cluster_address_that_takes_no_connection_is_refused_before_a_run_is_written(tmp_path):
+    pytest.importorskip("ray")
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    # in a process of its own: this one may be connected to the tests' local cluster already, which a run uses
+    res = subprocess.run([sys.executable, "-m", "skillstate.cli.main", "run", "-q", "--set", "executor=ray",
+                          "--set", f"ray_address=127.0.0.1:{port}", "--db", db],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == ""
+    assert res.stderr.strip().splitlines() == [
+        f"Error: executor ray: cannot join the Ray cluster at 127.0.0.1:{port}: 127.0.0.1:{port} takes no "
+        "connection (Connection refused)"]
+    assert Store(db).list_runs() == []

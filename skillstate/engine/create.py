@@ -87,7 +87,7 @@ def preflight(config: SkillConfig, roles: tuple[str, ...] = ("target", "optimize
     so a bad key, a closed port or an unknown model leaves no run behind."""
     from skillstate.engine.executors import check_executor
 
-    check_executor(config)
+    check_executor(config, connect=probe)
     checked: set[tuple[Any, ...]] = set()
     for role in roles:
         model = config.model_for(role)

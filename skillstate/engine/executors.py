@@ -71,13 +71,18 @@ def pool_size(concurrency: int, num_cpus: float, cluster_cpus: float) -> int:
     return max(1, min(concurrency, int(cluster_cpus // num_cpus)))
 
 
-def check_executor(config: Any) -> None:
-    """A ConfigError when the executor the config (a SkillConfig) names cannot run here."""
+def check_executor(config: Any, connect: bool = False) -> None:
+    """A ConfigError when the executor the config (a SkillConfig) names cannot run here; with `connect`, Ray
+    is also started or joined (a cluster that cannot be reached is refused before a run is written)."""
     if config.executor == "ray":
         try:
             import ray  # noqa: F401
         except ImportError:
             raise ConfigError("executor ray needs Ray: pip install 'skillstate[ray]'") from None
+        if connect:
+            from skillstate.engine.ray_executor import connect as connect_ray
+
+            connect_ray(config)
 
 
 def make_executor(ctx: RunContext, splits: dict[str, list[dict[str, Any]]]) -> Executor:

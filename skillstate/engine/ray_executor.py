@@ -15,17 +15,20 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import socket
 import threading
 import uuid
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import RayError
 
+from skillstate.config import redact
 from skillstate.engine.executors import pool_size
 from skillstate.envs.base import RolloutOutcome
-from skillstate.errors import EnvFailure
+from skillstate.errors import ConfigError, EnvFailure
 from skillstate.llm.base import ChatResponse, FatalLLMError
 from skillstate.llm.recording import RecordingClient
 
@@ -36,20 +39,59 @@ JOURNAL_WAIT = 120.0  # seconds a finished rollout waits for its calls' outcomes
 RETRIES = 3  # restarts of an actor whose process died, and retries of the task it was running
 
 
+class _LocalCluster:
+    started = False  # whether this process started the Ray runtime it is connected to
+
+
+_local_cluster = _LocalCluster()
+
+
+def connect(cfg: Any) -> None:
+    """Connect this process to Ray, once: to `ray_address`, or to a local cluster started for the run. Run
+    creation does it before anything is written, so an unreachable cluster leaves no run behind."""
+    if ray.is_initialized():
+        return
+    where = f"the Ray cluster at {redact(cfg.ray_address)}" if cfg.ray_address else "a local Ray cluster"
+    unreachable = _unreachable(cfg.ray_address)
+    if unreachable:  # Ray itself would retry for minutes
+        raise ConfigError(f"executor ray: cannot join {where}: {unreachable}")
+    try:
+        with warnings.catch_warnings():  # Ray Client warns before it raises: the error below says it all
+            warnings.simplefilter("ignore")
+            ray.init(address=cfg.ray_address, include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.WARNING, configure_logging=False)
+    except Exception as err:  # an address that is no cluster, a cluster that refuses us, a missing ray[client]
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"executor ray: cannot start or join {where}: {redact(first)[:300]}") from None
+    _local_cluster.started = not cfg.ray_address
+
+
+def _unreachable(address: str | None) -> str | None:
+    """Why a cluster's HOST:PORT (or ray://HOST:PORT) takes no connection, if it does not; None for `auto`,
+    no address, or one that answers."""
+    if not address or address == "auto":
+        return None
+    hostport = address.split("://", 1)[-1].rsplit("@", 1)[-1].split("/", 1)[0]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        return None  # a form Ray reads itself
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as err:
+        return f"{hostport} takes no connection ({err.strerror or type(err).__name__})"
+    return None
+
+
 class RayExecutor:
     def __init__(self, ctx: RunContext, splits: dict[str, list[dict[str, Any]]]):
         from skillstate.engine.ray_worker import CallDesk, EnvWorker, WorkerSpec
 
         cfg = ctx.config
         self.ctx = ctx
-        self._started = False
-        if not ray.is_initialized():  # join the cluster named, or start a local one for this run
-            ray.init(address=cfg.ray_address, include_dashboard=False, log_to_driver=False,
-                     logging_level=logging.WARNING, configure_logging=False)
-            self._started = True
+        connect(cfg)
         api_key = os.environ.get(cfg.target.api_key_env) if cfg.backend == "openai" else None
         spec = WorkerSpec(env=cfg.env, env_config=dict(cfg.env_config or {}), splits=splits,
-                                  config=cfg.model_dump(mode="json"), prompts=dict(ctx.prompts), api_key=api_key)
+                          config=cfg.model_dump(mode="json"), prompts=dict(ctx.prompts), api_key=api_key)
         desk = f"skillstate-desk-{uuid.uuid4().hex}"  # actors find it by name (a handle as an argument would be
         # an object-store argument, which Ray warns about for actors that restart)
         self.desk: Any = CallDesk.options(name=desk).remote(spec)  # type: ignore[attr-defined]
@@ -106,9 +148,6 @@ class RayExecutor:
                                                timeout=JOURNAL_WAIT):
                 raise EnvFailure(f"the driver did not receive the outcomes of {left} calls within {JOURNAL_WAIT} s "
                                  "(the Ray call desk is gone)")
-
-    def worker_pids(self) -> list[int]:
-        return list(ray.get([w.pid.remote() for w in self.workers]))
 
     # -- the driver's end of the call desk -----------------------------------------
 
@@ -186,5 +225,6 @@ class RayExecutor:
         for worker in self.workers:
             ray.kill(worker)
         ray.kill(self.desk)
-        if self._started:
+        if _local_cluster.started:  # the local cluster this process started for its run: stopped with it
             ray.shutdown()
+            _local_cluster.started = False

@@ -108,9 +108,6 @@ class EnvWorker:
         self.desk = desk
         self._left = 0  # outcomes this attempt left at the desk
 
-    def pid(self) -> int:
-        return os.getpid()
-
     def rollout(self, task: str, skill: str, item: dict[str, Any], sample: int | None,
                 background: bool) -> tuple[str, Any, str, int]:
         """(kind, value, this attempt's id, the outcomes it left at the desk); kind and value are "ok" and the
