@@ -213,3 +213,19 @@ def test_a_cluster_address_that_takes_no_connection_is_refused_before_a_run_is_w
         f"Error: executor ray: cannot join the Ray cluster at 127.0.0.1:{port}: 127.0.0.1:{port} takes no "
         "connection (Connection refused)"]
     assert Store(db).list_runs() == []
+
+
+@pytest.mark.ray
+@pytest.mark.textworlds
+def test_a_scienceworld_run_on_ray_has_the_events_of_threads(cluster, tmp_path):
+    """Each actor runs its own ScienceWorld JVM: the episodes, scores and events are those of threads."""
+    pytest.importorskip("scienceworld")
+    sw = {"env": "scienceworld", "llm_cache": "lineage", "concurrency": 2, "eval_test": False,
+          "env_config": {"tasks": ["find-living-thing"], "items_per_split": {"train": 4, "val": 2, "test": 2}},
+          "num_epochs": 1, "batch_size": 4, "minibatch_size": 2, "episode": {"max_turns": 20}}
+    threads = Trainer(SkillConfig(**sw), db=f"sqlite:///{tmp_path / 't.db'}", run_id="sw").train()
+    on_ray = Trainer(SkillConfig(**sw, executor="ray", ray_num_cpus=1), db=f"sqlite:///{tmp_path / 'r.db'}",
+                     run_id="sw").train()
+    assert on_ray.summary["status"] == "completed"
+    _same_run(threads.store, "sw", on_ray.store, "sw")
+    assert_paid_once(on_ray.store, "sw")
