@@ -20,7 +20,7 @@ from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
 from skillstate.config import SkillConfig, semantic_view
 from skillstate.engine.executors import pool_size
-from skillstate.errors import BudgetStop
+from skillstate.errors import BudgetStop, ConfigError
 from skillstate.store import Store
 from skillstate.trainer import Trainer
 
@@ -180,6 +180,23 @@ def test_the_concurrency_cap_holds_across_the_cluster_and_workers_get_the_key(cl
     assert most == 3  # the cap, reached and never passed
     assert set(sim_server.auth_headers) == {"Bearer sk-ray-test-0123456789"}
     assert "sk-ray-test" not in "".join(p for _, p in _payloads(result.store, "o"))
+
+
+@pytest.mark.ray
+def test_actors_that_no_node_could_host_are_refused_before_a_run_is_written(cluster, tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'c.db'}")
+    with pytest.raises(ConfigError, match=r"ray_num_cpus=3 is more than this machine's Ray has \(2 CPUs\)"):
+        Trainer(SkillConfig(**QA, executor="ray", ray_num_cpus=3), store=store, run_id="c").train()
+    assert store.list_runs() == []
+
+
+@pytest.mark.ray
+def test_a_custom_backend_factory_is_refused_on_ray(cluster, tmp_path):
+    from skillstate.engine.runner import make_backend
+
+    with pytest.raises(ConfigError, match="custom backend factory"):
+        Trainer(SkillConfig(**QA, **RAY), db=f"sqlite:///{tmp_path / 'f.db'}", run_id="f",
+                backend_factory=make_backend).train()
 
 
 @pytest.mark.ray

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import socket
 import threading
+import time
 import uuid
 import warnings
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -36,7 +38,13 @@ if TYPE_CHECKING:
     from skillstate.engine.context import RunContext
 
 JOURNAL_WAIT = 120.0  # seconds a finished rollout waits for its calls' outcomes to reach the driver
-RETRIES = 3  # restarts of an actor whose process died, and retries of the task it was running
+RETRIES = 3  # both the restarts of an actor whose process died and the retries of the task it was running
+READY_WAIT = 120.0  # seconds the environment actors have to start
+CLOSE_WAIT = 10.0  # seconds the actors have to close their environments at the end
+
+
+class _Over(Exception):
+    """A claim granted after its rollout ended."""
 
 
 class _LocalCluster:
@@ -49,8 +57,17 @@ _local_cluster = _LocalCluster()
 def connect(cfg: Any) -> None:
     """Connect this process to Ray, once: to `ray_address`, or to a local cluster started for the run. Run
     creation does it before anything is written, so an unreachable cluster leaves no run behind."""
-    if ray.is_initialized():
+    if not ray.is_initialized():
+        _join(cfg)
+    if cfg.ray_address:  # a cluster may grow (an autoscaler adds nodes): its actors get READY_WAIT to start
         return
+    largest = max((node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node.get("Alive")), default=0.0)
+    if cfg.ray_num_cpus > largest:
+        raise ConfigError(f"executor ray: ray_num_cpus={cfg.ray_num_cpus:g} is more than this machine's Ray has "
+                          f"({largest:g} CPUs): no environment actor could start")
+
+
+def _join(cfg: Any) -> None:
     where = f"the Ray cluster at {redact(cfg.ray_address)}" if cfg.ray_address else "a local Ray cluster"
     unreachable = _unreachable(cfg.ray_address)
     if unreachable:  # Ray itself would retry for minutes
@@ -82,6 +99,35 @@ def _unreachable(address: str | None) -> str | None:
     return None
 
 
+class _Actors:
+    """The idle environment actors. A foreground rollout waiting for one goes before work done ahead (the
+    lanes' rule, for when there are fewer actors than slots)."""
+
+    def __init__(self, actors: list[Any]):
+        self._free = list(actors)
+        self._foreground_waiting = 0
+        self._cond = threading.Condition()
+
+    @contextmanager
+    def take(self, background: bool) -> Iterator[Any]:
+        with self._cond:
+            if not background:
+                self._foreground_waiting += 1
+            try:
+                while not self._free or (background and self._foreground_waiting):
+                    self._cond.wait()
+            finally:
+                if not background:
+                    self._foreground_waiting -= 1
+            actor = self._free.pop()
+        try:
+            yield actor
+        finally:
+            with self._cond:
+                self._free.append(actor)
+                self._cond.notify_all()
+
+
 class RayExecutor:
     def __init__(self, ctx: RunContext, splits: dict[str, list[dict[str, Any]]]):
         from skillstate.engine.ray_worker import CallDesk, EnvWorker, WorkerSpec
@@ -100,11 +146,12 @@ class RayExecutor:
         size = pool_size(cfg.concurrency, cfg.ray_num_cpus, float(ray.cluster_resources().get("CPU", 1)))
         # each actor reads the spec from the desk, which lives as long as the run (and a restarted actor with it)
         self.workers: list[Any] = [actor.remote(desk) for _ in range(size)]
-        self._idle: queue.Queue[Any] = queue.Queue()
-        for worker in self.workers:
-            self._idle.put(worker)
+        self._wait_ready(cfg.ray_num_cpus)
+        self._idle = _Actors(self.workers)
+        self._attempts: dict[str, list[str]] = {}  # task -> its attempts so far (the last one is alive)
         self._stops: dict[str, BaseException] = {}  # task -> the error its refused call raised on the driver
-        self._tasks: set[str] = set()
+        self._tasks: set[str] = set()  # rollouts under way
+        self._lock = threading.Lock()
         self._journaled: dict[tuple[str, str], int] = {}  # (task, attempt) -> its outcomes journaled so far
         self._journal_done = threading.Condition()
         self._closing = False
@@ -112,23 +159,46 @@ class RayExecutor:
         self._service = threading.Thread(target=self._serve_desk, name="skillstate-desk", daemon=True)
         self._service.start()
 
+    def _wait_ready(self, num_cpus: float) -> None:
+        """Until every actor has started; a ConfigError (after cleaning up) if one cannot be placed or built."""
+        ready = [worker.ready.remote() for worker in self.workers]
+        try:
+            _, pending = ray.wait(ready, num_returns=len(ready), timeout=READY_WAIT)
+            if not pending:
+                ray.get(ready)
+                return
+            problem = (f"{len(pending)} of {len(ready)} environment actors did not start within {READY_WAIT:g} s "
+                       f"(each reserves ray_num_cpus={num_cpus:g}; the cluster has "
+                       f"{ray.cluster_resources().get('CPU', 0):g} CPUs)")
+        except RayError as err:  # an actor's constructor raised: the environment cannot be built there
+            cause = getattr(err, "cause", None) or err
+            first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+            problem = f"an environment actor failed to start: {redact(first)[:300]}"
+        self._kill_all()
+        raise ConfigError(f"executor ray: {problem}")
+
     # -- rollouts -------------------------------------------------------------
 
     def rollout(self, ctx: RunContext, skill: str, item: dict[str, Any], sample: int | None) -> RolloutOutcome:
         task = uuid.uuid4().hex  # the same for every retry of this rollout: it owns the calls it claims
-        self._tasks.add(task)
-        worker = self._idle.get()
+        background = ctx.in_background
+        with self._lock:
+            self._tasks.add(task)
         try:
-            kind, value, attempt, left = ray.get(worker.rollout.remote(task, skill, item, sample,
-                                                                      ctx.in_background))
+            with self._idle.take(background) as worker:
+                kind, value, attempt, left = ray.get(worker.rollout.remote(task, skill, item, sample, background))
             self._await_journaled(task, attempt, left)
-        except RayError as err:
+        except (RayError, ConnectionError) as err:  # the actor died for good, or the cluster went away
+            stop = self._stops.pop(task, None)
+            if stop is not None:
+                raise stop from None
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             raise EnvFailure(f"env {ctx.config.env!r} failed on item {item['id']!r}: the Ray worker failed "
                              f"({type(err).__name__}: {first[:200]})") from None
         finally:
-            self._idle.put(worker)
-            self._tasks.discard(task)
+            with self._lock:
+                self._tasks.discard(task)
+                self._attempts.pop(task, None)
             for client in self._clients():
                 client.release_all({task})
             with self._journal_done:
@@ -146,8 +216,8 @@ class RayExecutor:
         with self._journal_done:
             if not self._journal_done.wait_for(lambda: self._journaled.get((task, attempt), 0) >= left,
                                                timeout=JOURNAL_WAIT):
-                raise EnvFailure(f"the driver did not receive the outcomes of {left} calls within {JOURNAL_WAIT} s "
-                                 "(the Ray call desk is gone)")
+                raise EnvFailure(f"the outcomes of {left} calls did not reach the journal within {JOURNAL_WAIT:g} s "
+                                 "(the Ray call desk is gone, or the database is that slow)")
 
     # -- the driver's end of the call desk -----------------------------------------
 
@@ -161,6 +231,7 @@ class RayExecutor:
             except Exception:  # noqa: S112  (the desk is gone: the rollouts waiting on it fail on their own)
                 if self._closing:
                     return
+                time.sleep(0.5)
                 continue
             for ask, kind, payload in asks:
                 if kind == "claim":
@@ -180,38 +251,57 @@ class RayExecutor:
             out.append(self.ctx.background_clients["target"])
         return out
 
-    def _claim(self, task: str, h: str, background: bool) -> tuple[str, Any]:
-        client = self._client(background)
+    def _claim(self, task: str, attempt: str, h: str, background: bool) -> tuple[str, Any]:
+        with self._lock:
+            if task not in self._tasks:  # that rollout is over (a dead attempt's claim, answered late)
+                return "stop", None
+            seen = self._attempts.setdefault(task, [])
+            if attempt not in seen:  # a retry's first claim supersedes the attempt that died
+                seen.append(attempt)
+            elif attempt != seen[-1]:  # a late claim of an attempt that died
+                return "stop", None
         try:
+            client = self._client(background)
             served = client.claim(h, owner=task)
             if served is not None:
                 self.ctx.meter.record(served=True, failed=served.error is not None, background=background)
                 return "served", served
             try:
+                with self._lock:
+                    if task not in self._tasks:
+                        raise _Over()
                 client.may_send()
             except BaseException:
-                client.release(h)
+                client.release(h, task)
                 raise
             return "send", None
+        except _Over:
+            return "stop", None
         except Exception as err:
             self._stops.setdefault(task, err)
             return "stop", None
 
     def _record(self, task: str, attempt: str, h: str, model: str, body: str, response: dict[str, Any] | None,
                 error: str | None, latency: float, fatal: bool, background: bool) -> None:
-        client = self._client(background)
+        with self._lock:
+            stale = task not in self._tasks or self._attempts.get(task, [attempt])[-1] != attempt
         try:
-            if fatal:  # as on threads: the run stops, and the call is not journaled
-                err = FatalLLMError(error)
-                client.health.trip(err)
-                raise err
-            result = client.record(model, h, body, ChatResponse.from_dict(response) if response else None,
-                                   error, latency)
-            self.ctx.meter.record(served=False, failed=result.error is not None, background=background)
+            if stale:  # an attempt a retry superseded: the retry sends and journals this call itself
+                return
+            client = self._client(background)
+            try:
+                if fatal:  # as on threads: the run stops, and the call is not journaled
+                    err = FatalLLMError(error)
+                    client.health.trip(err)
+                    raise err
+                result = client.record(model, h, body, ChatResponse.from_dict(response) if response else None,
+                                       error, latency)
+                self.ctx.meter.record(served=False, failed=result.error is not None, background=background)
+            finally:
+                client.release(h, task)
         except Exception as err:
             self._stops.setdefault(task, err)
         finally:
-            client.release(h)
             with self._journal_done:
                 self._journaled[(task, attempt)] = self._journaled.get((task, attempt), 0) + 1
                 self._journal_done.notify_all()
@@ -222,9 +312,22 @@ class RayExecutor:
         self._handlers.shutdown(wait=False, cancel_futures=True)
         for client in self._clients():
             client.release_all(set(self._tasks))
-        for worker in self.workers:
-            ray.kill(worker)
-        ray.kill(self.desk)
+        try:  # let each actor close its environment (a text world's processes) before it is killed
+            ray.wait([worker.close.remote() for worker in self.workers], num_returns=len(self.workers),
+                     timeout=CLOSE_WAIT)
+        except Exception:  # noqa: S110  (closing is best effort: the actors are killed next)
+            pass
+        self._kill_all()
+
+    def _kill_all(self) -> None:
+        for handle in [*self.workers, self.desk]:
+            try:
+                ray.kill(handle)
+            except Exception:  # noqa: S110  (already gone, or the cluster is)
+                pass
         if _local_cluster.started:  # the local cluster this process started for its run: stopped with it
-            ray.shutdown()
             _local_cluster.started = False
+            try:
+                ray.shutdown()
+            except Exception:  # noqa: S110
+                pass

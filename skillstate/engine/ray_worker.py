@@ -29,18 +29,20 @@ from skillstate.llm.base import CallFailed, CallResult, ChatRequest, ChatRespons
 from skillstate.llm.recording import failure_text, result_of
 from skillstate.util import canonical_json, sha256_text
 
-# A claim asked at the desk: ("claim", (task, hash, background)) -> ("served", CallResult) | ("send", None) |
+# A claim asked at the desk: ("claim", (task, attempt, hash, background)) -> ("served", CallResult) | ("send", None) |
 # ("stop", None) ("stop": the driver holds the error that stops the run). An outcome left there, unanswered:
 # ("record", (task, attempt, hash, model, body, response, error, latency, fatal, background)).
 
 
-class Stopped(Exception):
-    """The driver refused a call (budget, circuit breaker, a fatal error): the rollout ends here."""
+class CallRefused(Exception):
+    """The driver refused a call (budget, circuit breaker, a fatal error; the driver holds that error):
+    the rollout ends here."""
 
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """What every environment actor is built from (put in the object store once per run)."""
+    """What every environment actor is built from: held by the run's call desk, where each actor (and a
+    restarted one) reads it."""
 
     env: str
     env_config: dict[str, Any]
@@ -108,6 +110,14 @@ class EnvWorker:
         self.desk = desk
         self._left = 0  # outcomes this attempt left at the desk
 
+    def ready(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        close = getattr(self.env, "close", None)
+        if close is not None:
+            close()
+
     def rollout(self, task: str, skill: str, item: dict[str, Any], sample: int | None,
                 background: bool) -> tuple[str, Any, str, int]:
         """(kind, value, this attempt's id, the outcomes it left at the desk); kind and value are "ok" and the
@@ -122,7 +132,7 @@ class EnvWorker:
 
         try:
             return "ok", run_rollout(self.env, cfg.env, skill, item, self.prompts, target), attempt, self._left
-        except Stopped:
+        except CallRefused:
             return "stopped", None, attempt, self._left
         except EnvFailure as err:
             return "env", str(err), attempt, self._left
@@ -130,11 +140,11 @@ class EnvWorker:
     def _complete(self, task: str, attempt: str, request: ChatRequest, background: bool) -> CallResult:
         body = canonical_json(request.to_dict())
         h = sha256_text(body)
-        kind, value = ray.get(self.desk.ask.remote("claim", (task, h, background)))
+        kind, value = ray.get(self.desk.ask.remote("claim", (task, attempt, h, background)))
         if kind == "served":
             return value
         if kind == "stop":
-            raise Stopped()
+            raise CallRefused()
         start = time.perf_counter()
         reply: ChatResponse | None = None
         error, fatal = None, None
@@ -152,6 +162,6 @@ class EnvWorker:
                                          fatal is not None, background))
         self._left += 1
         if fatal is not None:
-            raise Stopped()
+            raise CallRefused()
         return result_of(h, "target", reply, error)  # what the driver's journal answers for it (the target's
         # replies are never unusable: only the optimizer's can be)

@@ -38,7 +38,7 @@ from skillstate.engine.loading import (  # noqa: F401  (re-exported)
 from skillstate.engine.stops import StopCheck, StopConditions, already_stopped
 from skillstate.envs.base import SkillEnv
 from skillstate.envs.registry import make_env
-from skillstate.errors import BudgetStop, EnvFailure, EnvStop, LLMStop, StorageStop
+from skillstate.errors import BudgetStop, ConfigError, EnvFailure, EnvStop, LLMStop, StorageStop
 from skillstate.events import Event
 from skillstate.lease import RunLease
 from skillstate.llm.base import CircuitOpen, FatalLLMError, LLMClient
@@ -189,6 +189,9 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
     scope = None if config.llm_cache == "all" else lineage_run_ids(store, run_id)
     factory = backend_factory or make_backend
     verifying = verify_until is not None
+    if backend_factory is not None and config.executor == "ray" and not verifying:
+        raise ConfigError("executor ray builds the target's backend on each worker: a custom backend factory "
+                          "runs on executor threads only")
     budget = None if verifying else run_budget(store, run_id, config)
     health = CallHealth(0, 1.0) if verifying else CallHealth(config.max_consecutive_failures,
                                                               config.max_stage_failure_share)

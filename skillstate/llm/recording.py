@@ -100,14 +100,21 @@ class RecordingClient:
             if waiting is None:
                 break
             waiting.wait()  # then served; if that call failed, this caller tries itself
-        served = self._serve(h) if recorded_since else None
+        try:
+            served = self._serve(h) if recorded_since else None
+        except BaseException:
+            self.release(h)
+            raise
         if served is not None:
             self.release(h)
         return served
 
-    def release(self, h: str) -> None:
-        """End the claim on `h`: callers waiting for it look in the table again."""
+    def release(self, h: str, owner: object = None) -> None:
+        """End the claim on `h`: callers waiting for it look in the table again. With an `owner`, only
+        while that owner holds it (a late outcome of a dead attempt never frees another task's claim)."""
         with self._inflight_lock:
+            if owner is not None and self._owners.get(h) != owner:
+                return
             self._finished[h] = self._finished.get(h, 0) + 1
             self._owners.pop(h, None)
             done = self._inflight.pop(h, None)
@@ -117,9 +124,9 @@ class RecordingClient:
     def release_all(self, owners: set[object]) -> None:
         """Release the claims still held by `owners` (tasks that will never record them)."""
         with self._inflight_lock:
-            held = [h for h, owner in self._owners.items() if owner is not None and owner in owners]
-        for h in held:
-            self.release(h)
+            held = [(h, owner) for h, owner in self._owners.items() if owner is not None and owner in owners]
+        for h, owner in held:
+            self.release(h, owner)
 
     def _serve(self, h: str) -> CallResult | None:
         row = self.store.find_call(h, run_ids=self.run_ids)
