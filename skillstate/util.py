@@ -15,6 +15,15 @@ T = TypeVar("T")
 DEFAULT_DB = "sqlite:///skillstate.db"
 
 
+def first_line(value: object, default: str | None = None) -> str:
+    """The first line of `str(value)` (an error's message), or `default` (else the value's type name) when
+    it is blank."""
+    text = str(value).strip()
+    if text:
+        return text.splitlines()[0]
+    return default if default is not None else type(value).__name__
+
+
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no insignificant whitespace: the hashed form."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from skillstate.envs.base import RolloutOutcome, SkillEnv
 from skillstate.errors import ConfigError, EnvFailure
 from skillstate.llm.base import CallResult
+from skillstate.util import first_line
 
 if TYPE_CHECKING:
     from skillstate.engine.context import RunContext
@@ -60,8 +61,8 @@ def run_rollout(env: SkillEnv, env_name: str, skill: str, item: dict[str, Any], 
     except Exception as err:
         if raised and err is raised[-1]:
             raise
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise EnvFailure(f"env {env_name!r} failed on item {item['id']!r}: {type(err).__name__}: {first}") from err
+        raise EnvFailure(f"env {env_name!r} failed on item {item['id']!r}: {type(err).__name__}: "
+                         f"{first_line(err, '')}") from err
 
 
 def pool_size(concurrency: int, num_cpus: float, cluster_cpus: float) -> int:

@@ -33,6 +33,7 @@ from skillstate.envs.base import RolloutOutcome
 from skillstate.errors import ConfigError, EnvFailure
 from skillstate.llm.base import ChatResponse, FatalLLMError
 from skillstate.llm.recording import RecordingClient
+from skillstate.util import first_line
 
 if TYPE_CHECKING:
     from skillstate.engine.context import RunContext
@@ -78,8 +79,7 @@ def _join(cfg: Any) -> None:
             ray.init(address=cfg.ray_address, include_dashboard=False, log_to_driver=False,
                      logging_level=logging.WARNING, configure_logging=False)
     except Exception as err:  # an address that is no cluster, a cluster that refuses us, a missing ray[client]
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError(f"executor ray: cannot start or join {where}: {redact(first)[:300]}") from None
+        raise ConfigError(f"executor ray: cannot start or join {where}: {redact(first_line(err))[:300]}") from None
     _local_cluster.started = not cfg.ray_address
 
 
@@ -172,8 +172,7 @@ class RayExecutor:
                        f"{ray.cluster_resources().get('CPU', 0):g} CPUs)")
         except RayError as err:  # an actor's constructor raised: the environment cannot be built there
             cause = getattr(err, "cause", None) or err
-            first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-            problem = f"an environment actor failed to start: {redact(first)[:300]}"
+            problem = f"an environment actor failed to start: {redact(first_line(cause))[:300]}"
         self._kill_all()
         raise ConfigError(f"executor ray: {problem}")
 
@@ -192,9 +191,8 @@ class RayExecutor:
             stop = self._stops.pop(task, None)
             if stop is not None:
                 raise stop from None
-            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             raise EnvFailure(f"env {ctx.config.env!r} failed on item {item['id']!r}: the Ray worker failed "
-                             f"({type(err).__name__}: {first[:200]})") from None
+                             f"({type(err).__name__}: {first_line(err, '')[:200]})") from None
         finally:
             with self._lock:
                 self._tasks.discard(task)

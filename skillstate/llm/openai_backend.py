@@ -23,7 +23,7 @@ import openai
 from skillstate.config import ModelConfig, redact
 from skillstate.errors import UserError
 from skillstate.llm.base import CallFailed, ChatRequest, ChatResponse, FatalLLMError, ToolCall
-from skillstate.util import hash_value
+from skillstate.util import first_line, hash_value
 
 DEFAULT_AZURE_API_VERSION = "2024-10-21"
 
@@ -163,11 +163,6 @@ def openai_retry_after_cap() -> float:
     from openai import _constants
 
     return float(getattr(_constants, "MAX_RETRY_AFTER_DELAY", 60))
-
-
-def first_line(value: object) -> str:
-    text = str(value).strip()
-    return text.splitlines()[0] if text else type(value).__name__
 
 
 def server_message(err: openai.APIStatusError) -> str:

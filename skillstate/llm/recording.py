@@ -19,7 +19,7 @@ from skillstate.events import CallRef
 from skillstate.llm.base import CallFailed, CallResult, ChatRequest, ChatResponse, FatalLLMError, LLMClient
 from skillstate.llm.health import CallHealth
 from skillstate.store import Store
-from skillstate.util import canonical_json, sha256_text
+from skillstate.util import canonical_json, first_line, sha256_text
 
 
 def failure_text(err: BaseException, plain: bool = False) -> str:
@@ -27,8 +27,7 @@ def failure_text(err: BaseException, plain: bool = False) -> str:
     type and first line; credentials masked."""
     if plain:
         return redact(str(err))
-    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    return redact(f"{type(err).__name__}: {first}")
+    return redact(f"{type(err).__name__}: {first_line(err, '')}")
 
 
 def result_of(h: str, role: str, resp: ChatResponse | None, error: str | None) -> CallResult:
