@@ -176,8 +176,10 @@ class LiveProgress:
             self.bars.totals = totals_text(c)
             if self._task is None:
                 return
+            # Drawn at once: the meter reports at most ten times a second, and a
+            # stage shorter than the bars' own refresh period is still shown.
             self.bars.update(self._task, total=c.planned, completed=c.done, visible=True,
-                             detail=f"{c.done:,}{of} calls, {c.served:,} from log, {failed}")
+                             detail=f"{c.done:,}{of} calls, {c.served:,} from log, {failed}", refresh=True)
 
     def _drop(self) -> None:
         with self._lock:

@@ -14,6 +14,7 @@ from html import unescape
 
 import pytest
 from click.testing import CliRunner
+from conftest import PG_ENV, drop_pg_schemas, new_pg_schema, small_config
 from starlette.testclient import TestClient
 
 from skillstate.cli.main import cli
@@ -23,7 +24,6 @@ from skillstate.engine.loading import load_run
 from skillstate.provenance import explain
 from skillstate.store import Store
 from skillstate.trainer import Trainer
-from tests.conftest import PG_ENV, drop_pg_schemas, new_pg_schema, small_config
 
 PAYLOAD_SCRIPT = "<script>window.__pwned = 1</script>"
 PAYLOAD_IMG = '<img src=x onerror="window.__pwned = 2">'

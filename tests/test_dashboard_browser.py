@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import small_config
+from test_dashboard import PAYLOAD_IMG, PAYLOAD_SCRIPT, run_one_step, runs_database
 
 from skillstate.engine.loading import load_run
 from skillstate.provenance import explain
 from skillstate.store import Store
 from skillstate.trainer import Trainer
-from tests.conftest import small_config
-from tests.test_dashboard import PAYLOAD_IMG, PAYLOAD_SCRIPT, run_one_step, runs_database
 
 pytestmark = pytest.mark.browser
 
