@@ -29,3 +29,15 @@ def test_every_command_the_readme_shows_exists():
     missing = {name for name in shown if name not in commands and name not in {"db"}}
     assert not missing, missing
     assert "db" in commands and "upgrade" in cli.commands["db"].commands
+
+
+def test_ci_runs_the_readme_commands_as_written():
+    """.ci/run types the README's first commands exactly, so that a newcomer's
+    `pip install -e ".[test]" && pytest` cannot break unnoticed again."""
+    first = re.search(r"```bash\n(.*?)```", README, re.DOTALL)
+    assert first is not None
+    commands = [line.split("  #")[0].strip() for line in first.group(1).splitlines() if line.strip()]
+    assert any(c.endswith("&& pytest") for c in commands) and any(c.endswith("skillstate run") for c in commands)
+    ci = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    missing = [c for c in commands if c not in ci]
+    assert not missing, missing
