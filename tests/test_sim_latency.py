@@ -43,16 +43,18 @@ def test_latency_delays_each_reply_without_queueing_concurrent_ones(sim_world, k
         _ask(server, f"Question: {question}")
         one = time.monotonic() - start
         threads = [threading.Thread(target=_ask, args=(server, f"Question: {question}")) for _ in range(8)]
-        start = time.monotonic()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        eight = time.monotonic() - start
     assert one >= 0.3
-    assert eight < 0.3 * 3  # eight in parallel, not 2.4 s in a queue
     assert server.calls == {"target": 9, "optimizer": 0}
     assert all(end - begin >= 0.3 for _, begin, end in server.spans)
+    # In parallel, not in a queue: the server held several at once. (Asked of the spans, not of a wall-clock
+    # bound, which a busy machine stretches; a queue would hold one at a time.)
+    moments = sorted([(begin, 1) for _, begin, _ in server.spans] + [(end, -1) for _, _, end in server.spans])
+    held = [sum(step for _, step in moments[:i + 1]) for i in range(len(moments))]
+    assert max(held) >= 4, server.spans
 
 
 def test_latency_must_not_be_negative(sim_world):
