@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from skillstate.events import CallRef
-from skillstate.util import canonical_json, hash_value
+from skillstate.util import canonical_json, hash_value, ordered_json
 
 
 @dataclass(frozen=True)
@@ -19,8 +19,10 @@ class ChatRequest:
     messages: tuple[tuple[str, ...], ...]
     temperature: float | None
     max_tokens: int
-    response_format: str | None = None  # canonical JSON of the `response_format` sent, if any
-    tools: str | None = None  # canonical JSON of the `tools` list sent, if any
+    # The JSON of the `response_format` and the `tools` list sent, if any, keys in their given order (a schema's
+    # property order is the order a constrained server makes the model write the fields in); the hash sorts them.
+    response_format: str | None = None
+    tools: str | None = None
     # A sample's index among G samples of the same prompt (sent as the API's `seed`): distinct samples are
     # distinct requests, journaled and replayed one by one instead of collapsing into one.
     seed: int | None = None
@@ -29,9 +31,9 @@ class ChatRequest:
     def build(cls, backend: str, model: str, messages: list[dict[str, Any]], temperature: float | None,
               max_tokens: int, response_format: dict[str, Any] | None = None,
               tools: list[dict[str, Any]] | None = None, seed: int | None = None) -> ChatRequest:
-        fmt = canonical_json(response_format) if response_format is not None else None
+        fmt = ordered_json(response_format) if response_format is not None else None
         return cls(backend, model, tuple(_message_tuple(m) for m in messages), temperature, max_tokens, fmt,
-                   canonical_json(tools) if tools else None, seed)
+                   ordered_json(tools) if tools else None, seed)
 
     def message_dicts(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -59,6 +61,8 @@ class ChatRequest:
 
     @property
     def hash(self) -> str:
+        """Of the canonical JSON (keys sorted at every level): the same whatever order a schema's keys are sent
+        in, so a request journaled when schemas were sent sorted still hashes the same."""
         return hash_value(self.to_dict())
 
 
