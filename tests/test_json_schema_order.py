@@ -190,3 +190,48 @@ def test_a_json_schema_run_keeps_its_edits_and_journals_canonical_requests(sim_s
         store.close()
     replay = CliRunner().invoke(cli, ["replay", "schema", "--verify", "--db", db])
     assert replay.exit_code == 0, replay.output
+
+
+# --- extra_body: a server's own sampling knobs (the repeat penalty) ---------------------------------
+
+
+def test_extra_body_reaches_the_server_and_is_part_of_the_journaled_request(sim_server, tmp_path):
+    bodies: list[dict] = []
+    sim_server.fault = lambda n, path, body: bodies.append(body)
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    args = ["run", "--backend", "openai", "--model", "sim-model", "--base-url", sim_server.base_url, "--data",
+            str(EXAMPLES / "qa"), "--batch-size", "12", "--epochs", "1", "-q", "--db", db, "--run-id", "x",
+            "--set", "target.extra_body={repeat_penalty: 1.1, top_k: 20}"]
+    res = CliRunner().invoke(cli, args, env={"OPENAI_API_KEY": "k"})
+    assert res.exit_code == 0, res.output
+    chats = [b for b in bodies if "messages" in b]
+    target = [b for b in chats if "response_format" not in b and b.get("max_tokens") == 512]
+    assert target and all(b["repeat_penalty"] == 1.1 and b["top_k"] == 20 for b in target)
+    assert all("repeat_penalty" not in b for b in chats if b.get("max_tokens") == 4096)  # optimizer: not set
+    store = Store(db)
+    try:
+        with store.engine.connect() as conn:
+            rows = conn.execute(llm_calls.select().with_only_columns(llm_calls.c.role, llm_calls.c.request)).all()
+    finally:
+        store.close()
+    extra = {role: [json.loads(text).get("extra_body") for r, text in rows if r == role]
+             for role in ("target", "optimizer")}
+    assert extra["target"] and all(e == {"repeat_penalty": 1.1, "top_k": 20} for e in extra["target"])
+    assert not any(extra["optimizer"])  # unset: the request (and its hash) is what it always was
+    plain = ChatRequest.build("openai", "m", MESSAGES, 0.0, 10)
+    knob = ChatRequest.build("openai", "m", MESSAGES, 0.0, 10, extra_body={"repeat_penalty": 1.1})
+    assert plain.hash != knob.hash and ChatRequest.build("openai", "m", MESSAGES, 0.0, 10, extra_body={}) == plain
+
+
+@pytest.mark.parametrize("value,words", [
+    ("{temperature: 0.5}", "'temperature' is set by skillstate itself"),
+    ("{messages: []}", "'messages' is set by skillstate itself"),
+    ("{repeat_penalty: .nan}", "not plain JSON data"),
+    ("7", "invalid config value for optimizer.extra_body"),
+])
+def test_extra_body_refuses_what_skillstate_sets_in_one_line(tmp_path, value, words):
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    res = CliRunner().invoke(cli, ["run", "--data", str(EXAMPLES / "qa"), "-q", "--db", db,
+                                   "--set", f"optimizer.extra_body={value}"])
+    assert res.exit_code == 2 and words in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    assert not (tmp_path / "r.db").exists()  # refused before anything is written

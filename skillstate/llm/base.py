@@ -26,14 +26,16 @@ class ChatRequest:
     # A sample's index among G samples of the same prompt (sent as the API's `seed`): distinct samples are
     # distinct requests, journaled and replayed one by one instead of collapsing into one.
     seed: int | None = None
+    extra_body: str | None = None  # the JSON of the role's `extra_body` fields, sent at the body's top level
 
     @classmethod
     def build(cls, backend: str, model: str, messages: list[dict[str, Any]], temperature: float | None,
               max_tokens: int, response_format: dict[str, Any] | None = None,
-              tools: list[dict[str, Any]] | None = None, seed: int | None = None) -> ChatRequest:
+              tools: list[dict[str, Any]] | None = None, seed: int | None = None,
+              extra_body: dict[str, Any] | None = None) -> ChatRequest:
         fmt = ordered_json(response_format) if response_format is not None else None
         return cls(backend, model, tuple(_message_tuple(m) for m in messages), temperature, max_tokens, fmt,
-                   ordered_json(tools) if tools else None, seed)
+                   ordered_json(tools) if tools else None, seed, ordered_json(extra_body) if extra_body else None)
 
     def message_dicts(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -57,6 +59,8 @@ class ChatRequest:
             out["tools"] = json.loads(self.tools)
         if self.seed is not None:
             out["seed"] = self.seed
+        if self.extra_body is not None:
+            out["extra_body"] = json.loads(self.extra_body)
         return out
 
     @property
