@@ -235,3 +235,16 @@ def test_extra_body_refuses_what_skillstate_sets_in_one_line(tmp_path, value, wo
                                    "--set", f"optimizer.extra_body={value}"])
     assert res.exit_code == 2 and words in res.output and len(res.output.strip().splitlines()) == 1, res.output
     assert not (tmp_path / "r.db").exists()  # refused before anything is written
+
+
+def test_a_zero_price_says_a_local_model_is_free_and_silences_the_warning(sim_server, tmp_path):
+    db = f"sqlite:///{tmp_path / 'p.db'}"
+    base = ["run", "--backend", "openai", "--model", "qwen", "--base-url", sim_server.base_url, "--data",
+            str(EXAMPLES / "qa"), "--batch-size", "12", "--epochs", "1", "-q", "--db", db]
+    unpriced = CliRunner().invoke(cli, [*base, "--run-id", "a"], env={"OPENAI_API_KEY": "k"})
+    assert unpriced.exit_code == 0 and "no price for model 'qwen'" in unpriced.output, unpriced.output
+    free = CliRunner().invoke(cli, [*base, "--run-id", "b", "--set", 'prices={"qwen": [0, 0]}'],
+                              env={"OPENAI_API_KEY": "k"})
+    assert free.exit_code == 0 and "no price" not in free.output, free.output
+    shown = CliRunner().invoke(cli, ["show", "b", "--db", db])
+    assert shown.exit_code == 0 and "no price" not in shown.output
