@@ -8,10 +8,11 @@ overrides is `skillstate.config_sources`.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from skillstate.errors import ConfigError
 
@@ -20,6 +21,10 @@ Scheduler = Literal["constant", "linear", "cosine"]
 GateMetric = Literal["hard", "soft", "mixed"]
 
 SIM_MODELS = {"target": "sim-target", "optimizer": "sim-optimizer"}
+
+# Request fields skillstate sets itself; a role's `extra_body` may not override them.
+EXTRA_BODY_TAKEN = {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "response_format",
+                    "tools", "seed", "stream", "n"}
 
 
 class ModelConfig(BaseModel):
@@ -42,6 +47,22 @@ class ModelConfig(BaseModel):
                                  "local model on a CPU works out of the box).")
     max_retries: int = Field(
         4, ge=0, description="Retries on 408/409/429/5xx and connection errors (Retry-After honoured).")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="More fields for each request body, sent as they are: a server's own "
+                                          "sampling knobs, e.g. {repeat_penalty: 1.1} for llama.cpp. Part of the "
+                                          "journaled request (and its hash).")
+
+    @field_validator("extra_body")
+    @classmethod
+    def _extra_body(cls, value: dict[str, Any]) -> dict[str, Any]:
+        taken = sorted(set(value) & EXTRA_BODY_TAKEN)
+        if taken:
+            raise ValueError(f"{taken[0]!r} is set by skillstate itself (use the role's own keys)")
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"not plain JSON data ({err})") from None
+        return value
 
 
 class TargetModelConfig(ModelConfig):
@@ -291,7 +312,7 @@ RUNTIME_KEYS = {
 
 
 # Keys whose value is one mapping (not nested config): NAME -> value.
-DICT_KEYS = ("prompts", "prices", "env_config")
+DICT_KEYS = ("prompts", "prices", "env_config", "extra_body")
 
 
 def flatten_keys(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:

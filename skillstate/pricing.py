@@ -4,9 +4,11 @@ budget that stops a run once the requests it sent cost `max_cost_usd`.
 Prices are list prices of common hosted models (input, output) as published
 by their providers; a run's `prices` config key adds models or overrides
 these. A dated snapshot (`gpt-4o-2024-08-06`) takes the price of its base
-name. A model the table does not know costs 0 and draws one warning. The sim
-models carry nominal prices (those of gpt-4o-mini for the target and gpt-4.1
-for the optimizer) so that a sim run shows what a comparable real run costs.
+name. A model the table does not know costs 0 and draws one warning; a zero
+price (`prices: {MODEL: [0, 0]}`) says that a local model is free and draws
+none. The sim models carry nominal prices (those of gpt-4o-mini for the target
+and gpt-4.1 for the optimizer) so that a sim run shows what a comparable real
+run costs.
 """
 
 from __future__ import annotations

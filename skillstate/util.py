@@ -29,6 +29,13 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def ordered_json(value: Any) -> str:
+    """JSON with keys in the order given and no insignificant whitespace: the sent form of a schema, whose
+    property order is the order a constrained server (llama.cpp, vLLM) makes the model write the fields in.
+    Hash `canonical_json` of its parse, never this text: the hash must not depend on key order."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

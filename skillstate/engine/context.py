@@ -138,7 +138,7 @@ class RunContext:
             tools: list[dict[str, Any]] | None = None, seed: int | None = None) -> CallResult:
         cfg = getattr(self.config, role)
         request = ChatRequest.build(self.config.backend, self.config.model_for(role), messages,
-                                    cfg.temperature, cfg.max_tokens, response_format, tools, seed)
+                                    cfg.temperature, cfg.max_tokens, response_format, tools, seed, cfg.extra_body)
         background = self.in_background
         if background:
             result = self.background_clients[role].complete(request)

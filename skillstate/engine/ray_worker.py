@@ -127,7 +127,7 @@ class EnvWorker:
 
         def target(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
             request = ChatRequest.build(cfg.backend, cfg.model_for("target"), messages, cfg.target.temperature,
-                                        cfg.target.max_tokens, None, tools, sample)
+                                        cfg.target.max_tokens, None, tools, sample, cfg.target.extra_body)
             return self._complete(task, attempt, request, background)
 
         try:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from skillstate.events import CallRef
-from skillstate.util import canonical_json, hash_value
+from skillstate.util import canonical_json, hash_value, ordered_json
 
 
 @dataclass(frozen=True)
@@ -19,19 +19,23 @@ class ChatRequest:
     messages: tuple[tuple[str, ...], ...]
     temperature: float | None
     max_tokens: int
-    response_format: str | None = None  # canonical JSON of the `response_format` sent, if any
-    tools: str | None = None  # canonical JSON of the `tools` list sent, if any
+    # The JSON of the `response_format` and the `tools` list sent, if any, keys in their given order (a schema's
+    # property order is the order a constrained server makes the model write the fields in); the hash sorts them.
+    response_format: str | None = None
+    tools: str | None = None
     # A sample's index among G samples of the same prompt (sent as the API's `seed`): distinct samples are
     # distinct requests, journaled and replayed one by one instead of collapsing into one.
     seed: int | None = None
+    extra_body: str | None = None  # the JSON of the role's `extra_body` fields, sent at the body's top level
 
     @classmethod
     def build(cls, backend: str, model: str, messages: list[dict[str, Any]], temperature: float | None,
               max_tokens: int, response_format: dict[str, Any] | None = None,
-              tools: list[dict[str, Any]] | None = None, seed: int | None = None) -> ChatRequest:
-        fmt = canonical_json(response_format) if response_format is not None else None
+              tools: list[dict[str, Any]] | None = None, seed: int | None = None,
+              extra_body: dict[str, Any] | None = None) -> ChatRequest:
+        fmt = ordered_json(response_format) if response_format is not None else None
         return cls(backend, model, tuple(_message_tuple(m) for m in messages), temperature, max_tokens, fmt,
-                   canonical_json(tools) if tools else None, seed)
+                   ordered_json(tools) if tools else None, seed, ordered_json(extra_body) if extra_body else None)
 
     def message_dicts(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -55,10 +59,14 @@ class ChatRequest:
             out["tools"] = json.loads(self.tools)
         if self.seed is not None:
             out["seed"] = self.seed
+        if self.extra_body is not None:
+            out["extra_body"] = json.loads(self.extra_body)
         return out
 
     @property
     def hash(self) -> str:
+        """Of the canonical JSON (keys sorted at every level): the same whatever order a schema's keys are sent
+        in, so a request journaled when schemas were sent sorted still hashes the same."""
         return hash_value(self.to_dict())
 
 

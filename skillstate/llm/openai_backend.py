@@ -75,6 +75,8 @@ class OpenAIBackend:
             kwargs["tools"] = request.tool_list()
         if request.seed is not None:
             kwargs["seed"] = request.seed
+        if request.extra_body is not None:
+            kwargs["extra_body"] = json.loads(request.extra_body)  # merged into the body by the openai client
         try:
             raw = self.client.chat.completions.with_raw_response.create(**kwargs)
         except openai.APIStatusError as err:

@@ -15,10 +15,16 @@ delay overlaps across concurrent requests: it never queues them. `calls`
 counts the answered chat completions per role (target, optimizer) and
 `spans` keeps each one's (role, start, end) on the monotonic clock, so a
 benchmark counts every client's calls the same way, at the server.
+
+A chat completion that carries a `json_schema` response_format is answered
+the way llama.cpp answers it (`constrained_reply`): the reply's fields in the
+schema's property order, and a field the model would write after one that
+the schema puts later is lost, as under llama.cpp's grammar.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -29,6 +35,63 @@ from typing import Any, cast
 
 from skillstate.bank.embedding import SimEmbedder
 from skillstate.sim.backend import SimBackend
+
+
+def constrained_reply(text: str, response_format: Any) -> str:
+    """`text` as a server that constrains the output to a `json_schema` response_format writes it.
+
+    llama.cpp turns the schema into a grammar: an object's required properties come first, then its
+    optional ones, each group in the order the schema lists them, each optional one skippable. The sim
+    model writes its fields in its own order (that of the prompt's example); once it has written an
+    optional field, one the schema lists before it is no longer allowed and is lost (a required field it
+    did not write is forced, empty). So a schema sent with its keys sorted, which puts an edit's `content`
+    before its `target`, loses the content of every edit that names its target first. A reply that is not
+    a JSON object, or a request without a json_schema, is answered as it is."""
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return text
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    if not isinstance(schema, dict) or not isinstance(value, dict):
+        return text
+    return json.dumps(_in_schema_order(value, schema, schema))
+
+
+def _resolve(schema: Any, root: dict[str, Any]) -> dict[str, Any]:
+    ref = schema.get("$ref") if isinstance(schema, dict) else None
+    if isinstance(ref, str) and ref.startswith("#/"):
+        node: Any = root
+        for part in ref[2:].split("/"):
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        return node if isinstance(node, dict) else {}
+    return schema if isinstance(schema, dict) else {}
+
+
+def _in_schema_order(value: Any, schema: Any, root: dict[str, Any]) -> Any:
+    schema = _resolve(schema, root)
+    props = schema.get("properties")
+    if isinstance(value, dict) and isinstance(props, dict):
+        required = [k for k in props if k in set(schema.get("required") or [])]
+        optional = [k for k in props if k not in required]
+        out = {k: _in_schema_order(value[k], props[k], root) if k in value else _empty(props[k], root)
+               for k in required}
+        last = -1
+        for k in value:  # the model's own order
+            if k in optional and optional.index(k) > last:
+                out[k] = _in_schema_order(value[k], props[k], root)
+                last = optional.index(k)
+        return out
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_in_schema_order(v, schema["items"], root) for v in value]
+    return value
+
+
+def _empty(schema: Any, root: dict[str, Any]) -> Any:
+    kind = _resolve(schema, root).get("type")
+    return {"string": "", "array": [], "object": {}, "integer": 0, "number": 0, "boolean": False}.get(str(kind))
 
 
 class _Server(ThreadingHTTPServer):
@@ -202,6 +265,7 @@ class SimServer:
                 except LookupError as err:  # a task this world does not hold: the server plays another env
                     self._send(400, {"error": {"message": str(err), "type": "invalid_request_error"}})
                     return
+                reply = dataclasses.replace(reply, text=constrained_reply(reply.text, body.get("response_format")))
                 # as OpenAI does: content null when the reply is only tool calls
                 message: dict[str, Any] = {"role": "assistant",
                                            "content": reply.text if reply.text or not reply.tool_calls else None}
