@@ -147,7 +147,7 @@ class SkillConfig(BaseModel):
                               "require its per-item gain on the same items to pass a one-sided exact sign test at "
                               "gate_confidence.")
     gate_confidence: float = Field(
-        0.9, gt=0.0, lt=1.0, description="gate_rule paired: the sign test's level (accept when its p-value is at "
+        0.9, ge=0.5, lt=1.0, description="gate_rule paired: the sign test's level (accept when its p-value is at "
                                          "most 1 - gate_confidence).")
     gate_type_margin: float | None = Field(
         None, ge=0.0, le=1.0, description="Reject a candidate whose gate score on any task type is below the current "
