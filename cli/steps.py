@@ -82,7 +82,25 @@ def step_text(d: dict[str, Any], width: int | None = None) -> str:
                              f"gate {fmt(ev['gate'])}" + (" (score cache)" if ev["cached"] else ""), width))
     if "decision" in d:
         lines.extend(wrapped(f"gate: {d['decision']['decision']} ({d['decision']['reason']})", width))
+        lines.extend(verdict_lines(d["decision"], width))
     f = d.get("failed_calls") or {}
     if f.get("by_stage"):
         lines.extend(failed_calls_table(f["by_stage"], width, title="failed calls"))
     return "\n".join(lines)
+
+
+def verdict_lines(dec: dict[str, Any], width: int) -> list[str]:
+    """The robust gate rules' verdicts (gate_rule paired, gate_type_margin), one line each."""
+    lines = []
+    at_best = " (the best the unscored items could give)"
+    if dec.get("paired"):
+        p = dec["paired"]
+        lines.extend(wrapped(f"  paired test: {p['wins']} won, {p['losses']} lost, {p['ties']} tied; p "
+                             f"{p['p_value']:.4g} vs {1 - p['confidence']:.4g}: {'pass' if p['passed'] else 'fail'}"
+                             + (at_best if p["bound"] else ""), width))
+    if dec.get("type_guard"):
+        g = dec["type_guard"]
+        losses = ", ".join(f"{t} {loss:+.4f}" for t, loss in g["losses"].items())
+        lines.extend(wrapped(f"  type guard (margin {g['margin']:g}, loss per type): {losses}: "
+                             f"{'pass' if g['passed'] else 'fail'}" + (at_best if g["bound"] else ""), width))
+    return lines

@@ -163,6 +163,16 @@ class SkillConfig(BaseModel):
     # gate
     gate_metric: GateMetric = Field("hard")
     gate_mixed_weight: float = Field(0.5, ge=0.0, le=1.0, description="w in (1-w)*hard + w*soft for gate_metric mixed.")
+    gate_rule: Literal["strict", "paired"] = Field(
+        "strict", description="strict: accept a candidate scoring strictly above the current skill; paired: also "
+                              "require its per-item gain on the same items to pass a one-sided exact sign test at "
+                              "gate_confidence.")
+    gate_confidence: float = Field(
+        0.9, ge=0.5, lt=1.0, description="gate_rule paired: the sign test's level (accept when its p-value is at "
+                                         "most 1 - gate_confidence).")
+    gate_type_margin: float | None = Field(
+        None, ge=0.0, le=1.0, description="Reject a candidate whose gate score on any task type is below the current "
+                                          "skill's by more than this; unset: no per-type guard.")
 
     # the rest
     use_gate: bool = Field(

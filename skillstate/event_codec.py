@@ -85,6 +85,11 @@ def _v4_started(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
+def _v1_gate(payload: dict[str, Any]) -> dict[str, Any]:
+    """GateDecided v2 adds the robust rules' verdicts; a v1 decision was the strict rule's alone."""
+    return payload
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunStarted", 1): _v1_config,
     ("RunForked", 1): _v1_config,
@@ -93,6 +98,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunStarted", 3): _v3_config,
     ("RunForked", 3): _v3_config,
     ("RunStarted", 4): _v4_started,
+    ("GateDecided", 1): _v1_gate,
 }
 
 

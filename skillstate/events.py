@@ -244,8 +244,32 @@ class CandidateEvaluated(Event):
         return self.usage_by_role
 
 
+class PairedTest(Frozen):
+    """gate_rule paired: the one-sided exact sign test of the candidate
+    against the current skill, item by item on the same selection items
+    (each item's gate metric value, compared exactly)."""
+
+    wins: int  # items the candidate scores above the current skill
+    losses: int  # items it scores below it
+    ties: int
+    p_value: float  # P(at least `wins` heads in wins + losses fair coin flips)
+    confidence: float  # passes when p_value <= 1 - confidence (compared exactly)
+    passed: bool
+    bound: bool = False  # rejected early: the best the unscored items could still give
+
+
+class TypeGuard(Frozen):
+    """gate_type_margin: per task type, how much the candidate loses against the current skill."""
+
+    margin: float
+    losses: dict[str, float]  # task type -> current minus candidate gate score (at least this, when `bound`)
+    passed: bool  # no loss above the margin
+    bound: bool = False  # rejected early: the losses are the least the unscored items could still give
+
+
 class GateDecided(Event):
     type: ClassVar[str] = "GateDecided"
+    version: ClassVar[int] = 2
     step: int
     decision: str  # accept_best | accept | reject | skip
     candidate_score: float | None
@@ -253,6 +277,10 @@ class GateDecided(Event):
     best_score: float  # before the decision
     reason: str = ""
     forced: bool = False  # use_gate false: accepted whatever the score
+    # v2: the verdicts of the robust rules, when configured (gate_rule paired, gate_type_margin)
+    rule: str = "strict"  # strict | paired
+    paired: PairedTest | None = None
+    type_guard: TypeGuard | None = None
 
 
 class TestEvaluated(Event):

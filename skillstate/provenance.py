@@ -49,6 +49,9 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
         if isinstance(ev, GateDecided):
             change.update(step=ev.step, epoch=folded.history[-1].epoch, decision=ev.decision, reason=ev.reason,
                           by="step")
+            if ev.paired is not None or ev.type_guard is not None:  # the robust rules' verdicts (also in the reason)
+                change.update(paired=ev.paired.model_dump() if ev.paired else None,
+                              type_guard=ev.type_guard.model_dump() if ev.type_guard else None)
         else:  # the slow update of an epoch boundary
             su = cast(SlowUpdateDecided, ev)  # the only other event that changes the current skill (see the reducer)
             change.update(step=folded.last_completed_step, epoch=su.epoch, decision=su.decision, reason=su.reason,

@@ -326,6 +326,8 @@ def _reduce_epoch_end(state: RunState, event: EpochEndEvent) -> RunState:
         if event.scores is not None and event.partial is None and b.slow_update is not None and b.slow_update.skill:
             key = cache_key(state.config["val_split"], b.slow_update.skill)
             new = replace(new, score_cache=_with(state.score_cache, key, event.scores))
+            if event.results:  # per-item outcomes, for the paired gate (gate_rule paired)
+                new = replace(new, slow_results=_with(state.slow_results, key, event.results))
         if event.decision not in gate_rules.ACCEPTED:
             return new
         if b.slow_update is None or not b.slow_update.skill or event.candidate_score is None:

@@ -140,6 +140,8 @@ class RunState:
     history: tuple[StepRecord, ...] = ()
     score_cache: Mapping[str, Scores] = field(default_factory=lambda: EMPTY)  # "split:skill hash" -> scores
     results_cache: Mapping[str, str] = field(default_factory=lambda: EMPTY)  # "split:skill hash" -> results blob
+    # the same for a scored slow update (kept apart: results_cache orders early-reject evaluations, as logged)
+    slow_results: Mapping[str, str] = field(default_factory=lambda: EMPTY)
     usage: Mapping[str, Usage] = field(default_factory=lambda: EMPTY)  # role -> usage
     usage_by_stage: Mapping[str, Mapping[str, Usage]] = field(default_factory=lambda: EMPTY)  # stage -> role -> usage
     tests: Mapping[str, TestEvaluated] = field(default_factory=lambda: EMPTY)  # label -> event

@@ -95,4 +95,7 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
             out["decision"] = {"decision": ev.decision, "candidate_score": ev.candidate_score,
                                "current_score_before": ev.current_score, "best_score_before": ev.best_score,
                                "reason": ev.reason}
+            if ev.paired is not None or ev.type_guard is not None:  # the robust rules' verdicts and numbers
+                out["decision"].update(rule=ev.rule, paired=ev.paired.model_dump() if ev.paired else None,
+                                       type_guard=ev.type_guard.model_dump() if ev.type_guard else None)
     return out

@@ -9,6 +9,7 @@ from typing import Any
 
 from skillstate import gate as gate_rules
 from skillstate.config import SkillConfig
+from skillstate.engine import gating
 from skillstate.engine.context import RunContext
 from skillstate.engine.parsing import GuidanceReply, MemoReply, Reply, parse_reply
 from skillstate.engine.prompting import compose, to_json
@@ -131,14 +132,23 @@ def slow_update_decide(ctx: RunContext, state: RunState) -> list[Event]:
             and state.score_cache.get(cache_key(split, su.skill)) is None):
         scores, results, usage, partial = evaluate_early(ctx, state, su.skill, split, current)
         if partial is not None:
-            return [SlowUpdateDecided(decision=gate_rules.REJECT, forced=False, candidate_score=partial.upper_bound,
+            event = SlowUpdateDecided(decision=gate_rules.REJECT, forced=False, candidate_score=partial.upper_bound,
                                       scores=scores, results=results, usage_by_role=usage, partial=partial,
-                                      reason=early_reject_reason(partial, current), **common)]
+                                      reason=early_reject_reason(partial, current), **common)
+            if gating.rule_of(cfg).active:  # the robust rules' proof, in the reason
+                early = gating.early_verdict(ctx, state, event, split, current)
+                event = event.model_copy(update={"reason": gating.early_reason(early, current, partial.scored,
+                                                                                partial.of, cfg)})
+            return [event]
         blob: str | None = results
     else:
         scores, blob, usage = evaluate_cached(ctx, state, su.skill, split)
     score = scores.gate
-    if cfg.slow_update_gate:
+    if cfg.slow_update_gate and gating.rule_of(cfg).active:  # the step gate's rules; verdicts in the reason
+        found = gating.full_verdicts(ctx, state, split, su.skill, scores, blob)
+        decision, verdict, forced = gating.decision(score, current, best, True, *found, cfg)
+        reason = f"gated: {verdict}"
+    elif cfg.slow_update_gate:
         decision = gate_rules.decide(score, current, best)
         reason = f"gated: {score:.4f} vs current {current:.4f}, best {best:.4f}"
         forced = False

@@ -11,6 +11,7 @@ from typing import Any
 
 from skillstate import gate as gate_rules
 from skillstate.bank.document import prompt_for
+from skillstate.engine import gating
 from skillstate.engine.context import RunContext
 from skillstate.events import (
     BaselineEvaluated,
@@ -189,6 +190,8 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
     pending: dict[Future[ItemResult], int] = {}
     sent = done = 0
     stop: tuple[int, float] | None = None
+    robust = gating.rule_of(cfg).active  # gate_rule paired or gate_type_margin: their exact bound
+    check = gating.early_check(ctx, state, split, order, current, density) if robust else None
     ctx.expect_calls(ctx.rollout_calls(n))
     with ctx.burst(n):
         while (sent < n and stop is None) or pending:
@@ -200,6 +203,9 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
                 results[pending.pop(future)] = future.result()
             while stop is None and done < n and results[done] is not None:
                 done += 1
+                if check is not None:
+                    stop = check([r for r in results[:done] if r is not None])
+                    continue
                 prefix = [(r.hard, r.soft) for r in results[:done] if r is not None]
                 found = gate_rules.early_reject_point(prefix, n, current, cfg.gate_metric, cfg.gate_mixed_weight,
                                                       density, cfg.semantic_density_weight)
@@ -245,18 +251,34 @@ def decide(ctx: RunContext, state: RunState) -> list[Event]:
                             best_score=best, reason=skip)]
     evaluation = need(p.evaluation, "CandidateEvaluated")
     candidate = need(p.candidate, "CandidateBuilt")
+    cfg = ctx.config
+    robust = gating.rule_of(cfg).active
     if evaluation.partial is not None:
         part = evaluation.partial
+        if not robust:
+            return [GateDecided(step=p.step, decision=gate_rules.REJECT, candidate_score=part.upper_bound,
+                                current_score=current, best_score=best, reason=early_reject_reason(part, current))]
+        early = gating.early_verdict(ctx, state, evaluation, evaluation.split, current)
+        paired, guard = gating.recorded(early.paired, early.guard, cfg, bound=True)
         return [GateDecided(step=p.step, decision=gate_rules.REJECT, candidate_score=part.upper_bound,
-                            current_score=current, best_score=best, reason=early_reject_reason(part, current))]
+                            current_score=current, best_score=best, rule=cfg.gate_rule, paired=paired,
+                            type_guard=guard, reason=gating.early_reason(early, current, part.scored, part.of, cfg))]
     score = evaluation.scores.gate
-    decision, reason, forced = gate_decision(score, current, best, ctx.config.use_gate)
+    verdicts: gating.Verdicts = (None, None)
+    if robust:
+        found = gating.full_verdicts(ctx, state, evaluation.split, evaluation.skill, evaluation.scores,
+                                     evaluation.results)
+        decision, reason, forced = gating.decision(score, current, best, cfg.use_gate, *found, cfg)
+        verdicts = gating.recorded(*found, cfg)
+    else:
+        decision, reason, forced = gate_decision(score, current, best, cfg.use_gate)
     if not candidate.changed:
         reason += "; candidate identical to the current skill"
     if candidate.status != "ok":
         reason += f"; the rewrite call failed ({candidate.status})"
     return [GateDecided(step=p.step, decision=decision, candidate_score=score, current_score=current,
-                        best_score=best, reason=reason, forced=forced)]
+                        best_score=best, reason=reason, forced=forced, rule=cfg.gate_rule, paired=verdicts[0],
+                        type_guard=verdicts[1])]
 
 
 def early_reject_reason(part: PartialEval, current: float) -> str:
