@@ -119,6 +119,8 @@ def test_the_start_up_check_refuses_a_models_list_that_is_no_list_in_one_line(si
     pytest.param(Fault(500, error_body("tools param requires --jinja flag", "server_error")),
                  "a request with tools failed: HTTP 500 after 3 attempts: tools param requires --jinja flag",
                  id="error"),
+    pytest.param(Fault(400, error_body("tools param requires --jinja flag")),
+                 "a request with tools failed: answered HTTP 400: tools param requires --jinja flag", id="400"),
     pytest.param(Fault(200, chat_body(json.dumps({"name": PROBE_TOOL, "arguments": {}}))),
                  f"the model wrote a tool call as text: '{{\"name\": \"{PROBE_TOOL}\"", id="call-as-text"),
     pytest.param(Fault(200, chat_body("pong")), "the model answered without calling it: 'pong'", id="ignored"),

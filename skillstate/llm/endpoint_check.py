@@ -99,7 +99,8 @@ def check_tools(backend: OpenAIBackend, model: str, env: str) -> None:
     try:
         reply = quick(backend).complete(request)
     except (CallFailed, FatalLLMError) as err:
-        raise FatalLLMError(f"{what} (a request with tools failed: {err}); {need}") from None
+        said = str(err).removeprefix(f"the {backend.role} endpoint {backend.endpoint} ")  # named once is enough
+        raise FatalLLMError(f"{what} (a request with tools failed: {said}); {need}") from None
     if reply.tool_calls:
         return
     said = " ".join(reply.text.split())[:80]
