@@ -9,6 +9,7 @@ from typing import Any
 import click
 from rich.cells import cell_len
 
+from skillstate.cli.notes import tool_use_lines, unrecorded_lines
 from skillstate.cli.tables import MIN_SHRUNK, Col, clip, output_width, table_lines, wrapped
 from skillstate.engine.context import Progress
 from skillstate.events import (
@@ -187,6 +188,7 @@ def eval_text(s: dict[str, Any], width: int | None = None) -> str:
     lines.extend(usage_lines(s["usage"], width))
     lines.append("")
     lines.extend(cost_lines(s["cost"], width))
+    lines.extend(tool_use_lines(s, width))
     lines.extend(failure_lines(s, width))
     return "\n".join(lines)
 
@@ -249,10 +251,8 @@ def summary_text(s: dict[str, Any], width: int | None = None) -> str:
         lines.extend(task_type_lines(test["baseline"]["by_task_type"], test["best"]["by_task_type"], width))
     lines.append("")
     lines.extend(usage_lines(s["usage"], width))
-    unused = sum(u.get("unused", 0) for u in s["usage"].values())
-    if unused:
-        lines.extend(wrapped(f"{unused} sent call{'s' * (unused != 1)} went unused (rollouts done ahead that the "
-                             "gate made obsolete, calls in flight at an early reject)", width))
+    lines.extend(unrecorded_lines(s["usage"], width))
+    lines.extend(tool_use_lines(s, width))
     if s.get("cost"):
         lines.append("")
         lines.extend(cost_lines(s["cost"], width))
@@ -262,7 +262,8 @@ def summary_text(s: dict[str, Any], width: int | None = None) -> str:
 
 def usage_lines(usage: dict[str, Any], width: int | None = None) -> list[str]:
     # served from the log: the calls the events count, less the sent ones they use
-    rows = [[role, u["calls"], max(u["calls"] - (u["sent"] - u.get("unused", 0)), 0), _n(u["prompt_tokens"]),
+    rows = [[role, u["calls"], max(u["calls"] - (u["sent"] - u.get("unused", 0) - u.get("failed_unrecorded", 0)), 0),
+             _n(u["prompt_tokens"]),
              _n(u["completion_tokens"])] for role, u in usage.items()]
     return table_lines([Col("LLM calls", shrink=True), *(Col(h, num=True) for h in
                         ("calls", "from log", "prompt tok", "completion tok"))], rows, width)

@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel
+from sqlalchemy import select
 
 from skillstate.events import CallRef, Event
 from skillstate.llm.embeddings import ROLE as EMBEDDER
 from skillstate.reducer import stage_of
+from skillstate.schema import llm_calls
 from skillstate.store import Store, StoredEvent
 
 
@@ -60,15 +62,43 @@ def event_call_refs(store: Store, own: list[StoredEvent]) -> Iterator[tuple[Even
         yield ev, refs
 
 
-def unused_calls(store: Store, run_id: str, own: list[StoredEvent]) -> dict[str, int]:
-    """Per role, the calls this run sent that none of its events depends on:
-    work done ahead that the gate made obsolete (`speculative_rollout`), and
-    calls in flight when an early reject became certain."""
+def unused_calls(store: Store, run_id: str, own: list[StoredEvent]) -> dict[str, dict[str, int]]:
+    """Per role, the calls this run sent that none of its events depends on,
+    as {"unused": n, "failed": n}. Unused: calls that succeeded, work done
+    ahead that the gate made obsolete (`speculative_rollout`) and calls in
+    flight when an early reject became certain. Failed: calls that failed in
+    a stage never appended (the circuit breaker or a fatal error stopped the
+    run there; a resume redoes it), or in work done ahead."""
     used = {ref.request_hash for _, refs in event_call_refs(store, own) for ref in refs}
-    out: dict[str, int] = {}
+    out: dict[str, dict[str, int]] = {}
     for call in store.read_calls(run_id):
         if call.role != EMBEDDER and call.request_hash not in used:  # embeddings are looked up by text
-            out[call.role] = out.get(call.role, 0) + 1
+            counts = out.setdefault(call.role, {"unused": 0, "failed": 0})
+            counts["unused" if call.error is None else "failed"] += 1
+    return out
+
+
+def failed_call_tokens(store: Store, run_id: str, own: list[StoredEvent]) -> dict[str, dict[str, tuple[int, int]]]:
+    """{stage: {role: (prompt tokens, completion tokens)}} of the failed calls
+    the events depend on that did get a reply (a truncated or empty optimizer
+    reply, say): an event's reference to a failed call holds no usage, the
+    call table holds what it cost, and the budget counted it."""
+    failed = [(stage_of(ev), ref) for ev, refs in event_call_refs(store, own) for ref in refs if ref.error is not None]
+    if not failed:
+        return {}
+    tokens: dict[tuple[str, str], tuple[int, int]] = {}  # (hash, error) -> the latest such call's tokens
+    query = (select(llm_calls.c.request_hash, llm_calls.c.error, llm_calls.c.prompt_tokens,
+                    llm_calls.c.completion_tokens)
+             .where(llm_calls.c.run_id == run_id, llm_calls.c.ok.is_(False)).order_by(llm_calls.c.id))
+    with store.engine.connect() as conn:
+        for row in conn.execute(query):
+            tokens[(row[0], row[1])] = (int(row[2] or 0), int(row[3] or 0))
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    for stage, ref in failed:
+        pt, ct = tokens.get((ref.request_hash, str(ref.error)), (0, 0))
+        if pt or ct:
+            was = out.setdefault(stage, {}).get(ref.role, (0, 0))
+            out[stage][ref.role] = (was[0] + pt, was[1] + ct)
     return out
 
 

@@ -6,18 +6,20 @@ Nothing here calls an LLM: everything is folded from the log.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 from skillstate.config import SIM_MODELS
 from skillstate.engine.runner import LoadedRun, load_run, roles_of
 from skillstate.errors import NotFoundError
 from skillstate.events import Usage
-from skillstate.failures import failed_calls, unused_calls
+from skillstate.failures import failed_call_tokens, failed_calls, unused_calls
 from skillstate.llm.embeddings import ROLE as EMBEDDER
 from skillstate.pricing import cost_usd, price_for, sent_cost
 from skillstate.reducer import RunState, StepRecord, need, usage_totals
 from skillstate.store import Store
+from skillstate.tool_use import tool_use
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,8 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
     parent's); `sent` counts requests this run actually sent, the rest were
     served from the call table."""
     s = loaded.state
-    own = usage_totals(e.event for e in loaded.own)
+    own = with_failed_tokens(usage_totals(e.event for e in loaded.own),
+                             failed_call_tokens(store, loaded.run_id, loaded.own))
     sent_rows = store.paid_by_model(loaded.run_id)
     paid: dict[str, Usage] = {}
     for role, _model, calls, pt, ct in sent_rows:
@@ -115,7 +118,8 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
             logical = sent
         usage[role] = {
             "calls": logical.calls, "prompt_tokens": logical.prompt_tokens,
-            "completion_tokens": logical.completion_tokens, "sent": sent.calls, "unused": unused.get(role, 0),
+            "completion_tokens": logical.completion_tokens, "sent": sent.calls,
+            "unused": unused.get(role, {}).get("unused", 0), "failed_unrecorded": unused.get(role, {}).get("failed", 0),
             "sent_prompt_tokens": sent.prompt_tokens, "sent_completion_tokens": sent.completion_tokens,
         }
     tests = {label: {"split": ev.split, "hard": ev.scores.hard, "soft": ev.scores.soft, "n": ev.scores.n,
@@ -145,7 +149,23 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
                            for stage, roles in own.usage_by_stage.items()},
         "cost": cost_summary(sent_rows, dict(s.config), own, roles_of(s.kind)),
         "failures": failed_calls(store, loaded.own),
+        "tool_use": tool_use(store, loaded.run_id, str(s.config.get("env", "qa")), loaded.own),
     }
+
+
+def with_failed_tokens(own: RunState, extra: dict[str, dict[str, tuple[int, int]]]) -> RunState:
+    """`own` (a usage-only state) with the tokens of failed calls that got a reply added, per stage and role:
+    the tables then count what the call table holds and the budget counted."""
+    if not extra:
+        return own
+    total, by_stage = dict(own.usage), {stage: dict(roles) for stage, roles in own.usage_by_stage.items()}
+    for stage, roles in extra.items():
+        for role, (pt, ct) in roles.items():
+            add = Usage(prompt_tokens=pt, completion_tokens=ct)
+            total[role] = total.get(role, Usage()) + add
+            by_stage.setdefault(stage, {})[role] = by_stage.get(stage, {}).get(role, Usage()) + add
+    return replace(own, usage=MappingProxyType(total),
+                   usage_by_stage=MappingProxyType({k: MappingProxyType(v) for k, v in by_stage.items()}))
 
 
 def cost_summary(sent_rows: list[tuple[str, str, int, int, int]], config: dict[str, Any], own: RunState,

@@ -235,10 +235,11 @@ def crashing_factory(after_calls: int):
 
 
 def logical_usage(summary: dict) -> dict:
-    """The calls and tokens the run's events count (what `sent` and `unused`
-    add depends on timing: an early reject lets the calls in flight finish,
-    and work done ahead may or may not be used)."""
-    return {role: {k: v for k, v in u.items() if not k.startswith("sent") and k != "unused"}
+    """The calls and tokens the run's events count (what `sent`, `unused` and
+    `failed_unrecorded` add depends on timing: an early reject lets the calls
+    in flight finish, and work done ahead may or may not be used)."""
+    timed = ("unused", "failed_unrecorded")
+    return {role: {k: v for k, v in u.items() if not k.startswith("sent") and k not in timed}
             for role, u in summary["usage"].items()}
 
 

@@ -96,11 +96,16 @@ def error_body(message: str, kind: str = "invalid_request_error") -> str:
     return json.dumps({"error": {"message": message, "type": kind}})
 
 
-def chat_body(content: str, finish_reason: str = "stop") -> str:
+def chat_body(content: str | None, finish_reason: str = "stop", prompt_tokens: int = 3, completion_tokens: int = 1,
+              message: bool = True) -> str:
+    """A chat completion's body; without `message`, its choice has none."""
+    choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason}
+    if message:
+        choice["message"] = {"role": "assistant", "content": content}
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+             "total_tokens": prompt_tokens + completion_tokens}
     return json.dumps({"id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": "m",
-                       "choices": [{"index": 0, "finish_reason": finish_reason,
-                                    "message": {"role": "assistant", "content": content}}],
-                       "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}})
+                       "choices": [choice], "usage": usage})
 
 
 def is_chat(n: int) -> bool:

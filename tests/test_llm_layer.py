@@ -39,7 +39,7 @@ def _completion(content, finish="stop", **extra) -> str:
 def test_a_chat_completion_parses_with_usage_and_finish_reason():
     resp = parse_chat_body(_completion("hi", "length"), "application/json", _fatal)
     assert resp == ChatResponse("hi", 7, 3, "length")
-    assert parse_chat_body(_completion(None), "application/json", _fatal).text == ""
+    assert parse_chat_body(_completion(""), "application/json", _fatal).text == ""  # an empty answer is an answer
 
 
 @pytest.mark.parametrize("body,kind,words", [

@@ -102,8 +102,17 @@ def preflight(config: SkillConfig, roles: tuple[str, ...] = ("target", "optimize
             checked.add(key)
             try:
                 backend.check(model)
+                if role == "target" and uses_tools(config.env):  # a run whose every call would fail
+                    from skillstate.llm.endpoint_check import check_tools
+
+                    check_tools(backend, model, config.env)
             except FatalLLMError as err:
                 raise UserError(f"{err}; no run was created") from None
+
+
+def uses_tools(env: str) -> bool:
+    """Whether environment `env`'s target calls tools (OpenAI function calling)."""
+    return issubclass(resolve_env(env), ToolEnv)
 
 
 def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,

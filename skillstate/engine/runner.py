@@ -143,7 +143,7 @@ def drive(ctx: RunContext, state: RunState, before_stage: Callable[[str], None] 
                 return state
             continue
         ctx.report("stage", name, state)
-        ctx.health.begin_stage(name)  # first: it resets the calls-in-a-row count, which work done ahead adds to
+        ctx.health.begin_stage(name)  # first: the stage's counts start here (work done ahead may add to the row)
         ahead.fetch(ctx, state, name)  # work the stages after this one will need (the background lanes)
         events = STAGES[name](ctx, state)
         ctx.health.end_stage()

@@ -4,9 +4,13 @@ looks finished.
 
 Three rules; the numbers are config keys (runtime keys: a resume may change
 them):
-- `max_consecutive_failures` failed calls in a row within a stage (a call
-  served from the call table, or one that succeeds, breaks the row) stop the
-  run at once, without waiting for the rest of the stage;
+- `max_consecutive_failures` failed calls in a row stop the run at once,
+  without waiting for the rest of the stage. The row is the endpoint's: it
+  counts the calls in the order they complete, across stages and across
+  the lanes (the stage under way and the work done ahead of it); a call
+  that succeeds breaks it, and so does one served from the call table (a
+  stage is served what work done ahead got, and sends again only what
+  failed there: its sent calls alone would look like a dead endpoint);
 - at the end of a stage, more than `max_stage_failure_share` of the stage's
   calls (sent or served) failed, once it sent at least 4;
 - at the end of a stage, more than that share of one role's calls failed
@@ -49,7 +53,6 @@ class CallHealth:
     def begin_stage(self, name: str) -> None:
         with self._lock:
             self.stage, self.sent, self.calls, self.errors = name, 0, 0, Counter()
-            self.consecutive = 0  # a new stage asks for other things
 
     def check(self) -> None:
         """Raise the error that stopped the run, if one did: nothing more is sent."""
@@ -109,9 +112,9 @@ class CallHealth:
 
 class AheadHealth(CallHealth):
     """The counts of the work done ahead of time (`skillstate.engine.ahead`):
-    its failures never count toward a stage's share rules, but they do
-    toward the run's calls in a row (an endpoint that fails, fails for
-    both), it sends nothing once the run's breaker is open, and a fatal
+    its failures never count toward a stage's share rules, but its sent calls
+    are in the run's row of calls in a row, failed or not (an endpoint that
+    fails, fails for both lanes; the row outlives a stage), it sends nothing once the run's breaker is open, and a fatal
     error it meets opens the run's breaker too."""
 
     def __init__(self, run: CallHealth):

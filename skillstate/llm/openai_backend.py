@@ -90,27 +90,10 @@ class OpenAIBackend:
     # -- preflight ----------------------------------------------------------
 
     def check(self, model: str) -> None:
-        """Does the endpoint answer, and does it serve `model`? One GET of the
-        models list; a one-token request only when the list does not name the
-        model (llama.cpp and others serve any name) or there is no list."""
-        try:
-            listed = [m.id for m in self.client.with_options(max_retries=0).models.list()]
-        except openai.APIStatusError as err:
-            if err.status_code in (401, 403):
-                raise self._status_error(err, model) from None
-            listed = []  # no models list on this server: probe instead
-        except openai.APITimeoutError:
-            raise self._fatal(f"did not answer its models list in time ({self._timeout_message(1)})") from None
-        except openai.APIConnectionError as err:
-            raise FatalLLMError(self._connection_message(err, tries=1, preflight=True)) from None
-        if model in listed:
-            return
-        probe = ChatRequest.build(self.name, model, [{"role": "user", "content": "ping"}], None, 1)
-        try:
-            self.complete(probe)
-        except CallFailed as err:
-            raise FatalLLMError(f"the {self.role} endpoint {self.endpoint} did not answer a test request: "
-                                f"{err}") from None
+        """Does the endpoint answer, and does it serve `model`? (`skillstate.llm.endpoint_check`)"""
+        from skillstate.llm.endpoint_check import check_endpoint
+
+        check_endpoint(self, model)
 
     # -- messages -----------------------------------------------------------
 
@@ -209,6 +192,11 @@ def parse_chat_body(text: str, content_type: str, fatal) -> ChatResponse:
     content = message.get("content") if isinstance(message, dict) else None
     if message is not None and not isinstance(message, dict) or content is not None and not isinstance(content, str):
         raise CallFailed(f"malformed reply: choices[0].message is {json.dumps(message)[:60]}")
+    if message is None:
+        raise CallFailed("malformed reply: choices[0] has no 'message'")
+    if content is None and not message.get("tool_calls"):  # null content is for a reply of tool calls only
+        raise CallFailed(f"malformed reply: choices[0].message has content null and no tool_calls "
+                         f"(finish_reason {choice.get('finish_reason')!r})")
     usage = body.get("usage")
     usage = usage if isinstance(usage, dict) else {}
     return ChatResponse(
@@ -216,7 +204,7 @@ def parse_chat_body(text: str, content_type: str, fatal) -> ChatResponse:
         prompt_tokens=_int(usage.get("prompt_tokens")),
         completion_tokens=_int(usage.get("completion_tokens")),
         finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
-        tool_calls=_tool_calls(message.get("tool_calls") if isinstance(message, dict) else None),
+        tool_calls=_tool_calls(message.get("tool_calls")),
     )
 
 

@@ -18,6 +18,7 @@ from skillstate.llm.base import ChatRequest, ChatResponse, ToolCall
 from skillstate.sim.optimizer import SimOptimizer, _tokens
 from skillstate.sim.reading import read_request
 from skillstate.sim.world import SimWorld
+from skillstate.tool_use import PROBE_TOOL
 from skillstate.util import hash_value, seeded_rng
 
 
@@ -41,7 +42,9 @@ class SimBackend:
         user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         calls: list[ToolCall] = []
         role = "optimizer"
-        if "<skill>" in user or "<bank>" in user:  # skillstate's optimizer prompts (the bank's teacher too)
+        if any(t.get("function", {}).get("name") == PROBE_TOOL for t in tools or []):  # the start-up tool check
+            role, text, calls = "target", "", [ToolCall("call_probe", PROBE_TOOL, "{}")]
+        elif "<skill>" in user or "<bank>" in user:  # skillstate's optimizer prompts (the bank's teacher too)
             text = self.optimizer.reply(user, seeded_rng("sim-optimizer", hash_value(messages)))
         elif (request := read_request(str(user or ""), self.world)) is not None:
             text = self.optimizer.reply_to(request, str(user), seeded_rng("sim-optimizer", hash_value(messages)))

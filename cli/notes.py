@@ -1,0 +1,41 @@
+"""Notes under a run's summary (run, resume, eval, show): what the tables
+alone would let pass as a success, each said in plain words."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skillstate.cli.tables import wrapped
+
+TOOL_FIX = "a model that calls tools, served with tool calling on (llama.cpp: llama-server --jinja)"
+
+
+def unrecorded_lines(usage: dict[str, Any], width: int) -> list[str]:
+    """The sent calls no event uses: those that succeeded (unused) and those that failed, said apart."""
+    lines = []
+    unused = sum(u.get("unused", 0) for u in usage.values())
+    if unused:
+        lines.extend(wrapped(f"{unused} sent call{'s' * (unused != 1)} went unused (rollouts done ahead that the "
+                             "gate made obsolete, calls in flight at an early reject)", width))
+    failed = sum(u.get("failed_unrecorded", 0) for u in usage.values())
+    if failed:
+        lines.extend(wrapped(f"{failed} sent call{'s' * (failed != 1)} failed outside the recorded stages (in the "
+                             "stage the run stopped in, which a resume redoes, or in work done ahead)", width))
+    return lines
+
+
+def tool_use_lines(s: dict[str, Any], width: int) -> list[str]:
+    """A tool-using run whose target never called a tool, or wrote calls as text."""
+    use = s.get("tool_use")
+    if not use or not use.get("replies"):
+        return []
+    lines = [""]
+    replies = f"{use['replies']} target repl{'ies' if use['replies'] != 1 else 'y'}"
+    if not use["tool_calls"]:
+        lines.extend(wrapped(f"warning: no tool was called in {replies}: the environment's tools never ran, so "
+                             f"its scores say nothing about the skill; use {TOOL_FIX}", width))
+    if use["text_tool_calls"]:
+        n = use["text_tool_calls"]
+        lines.extend(wrapped(f"warning: {n} of {replies} wrote a tool call as text ({{\"name\": ..., "
+                             f"\"arguments\": ...}} in the content) that no tool ran; use {TOOL_FIX}", width))
+    return lines if len(lines) > 1 else []
