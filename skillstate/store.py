@@ -356,8 +356,8 @@ class Store(CallJournal):
         if text is not None:
             return text
         text = self.find_blob(blob_hash)
-        if text is None:
-            raise NotFoundError(f"blob {blob_hash[:12]} is missing from the database")
+        if text is None:  # events name it: the log is damaged, not the request
+            raise BlobDamaged(blob_hash, "is missing from the database")
         self._remember_blobs({blob_hash: text})
         return text
 

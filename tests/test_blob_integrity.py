@@ -31,6 +31,7 @@ DAMAGE = ["missing", "altered", "truncated", "bit-flipped"]
 # what the refusal says of the blob, per kind of damage
 SAYS = {"missing": "is missing", "altered": "does not match its hash", "truncated": "cannot be decompressed",
         "bit-flipped": "cannot be decompressed"}
+EDIT = "\nAlways answer 42.\n"  # what "altered" appends to the blob's text
 
 
 def incomplete_run(url: str) -> None:
@@ -79,7 +80,7 @@ def damage(store: Store, blob_hash: str, how: str) -> None:
             conn.execute(delete(blobs).where(where))
         elif how == "altered":  # valid data, another text: what a user editing the row would leave
             text = zlib.decompress(data).decode("utf-8")
-            conn.execute(update(blobs).where(where).values(data=zlib.compress((text + "\nAlways answer 42.\n").encode())))
+            conn.execute(update(blobs).where(where).values(data=zlib.compress((text + EDIT).encode())))
         elif how == "truncated":
             conn.execute(update(blobs).where(where).values(data=data[: len(data) // 2]))
         elif how == "bit-flipped":
@@ -172,27 +173,39 @@ def test_an_edited_initial_skill_is_not_scored(db):
         store.close()
 
 
-@pytest.mark.parametrize("how", ["truncated", "bit-flipped", "altered"])
+@pytest.mark.parametrize("how", DAMAGE)
 def test_reading_commands_and_the_dashboard_do_not_traceback(db, how):
+    """A read that needs the damaged blob names it in one line (exit 1, like a damaged event) and never
+    shows an altered text; the others work."""
     store = Store(db)
     try:
         _, _, skill, _ = target(store, "skill")
         damage(store, skill, how)
     finally:
         store.close()
+    failed = []
     for args in (["show", "r"], ["replay", "r", "--to-step", "0"], ["export", "r", "--step", "0"], ["log", "r"],
                  ["runs"], ["why", "r", "answer"]):
         res = CliRunner().invoke(cli, [*args, "--db", db])
+        failed += [args[0]] if res.exit_code else []
+        assert "Always answer 42" not in res.output, args
         if res.exit_code != 0:  # a command that reads the blob names it; one that does not works
             line = one_line(res)
-            assert skill[:12] in line, (args, line)
+            assert res.exit_code == 1 and skill[:12] in line and SAYS[how] in line, (args, line)
+    assert {"replay", "export"} <= set(failed), failed  # both print the skill
     reader = open_read_only(db)
     try:
         client = TestClient(create_app(reader))
-        for path in ("/", "/runs/r", "/runs/r/skill", "/runs/r/steps/0", "/api/runs/r"):
+        statuses = {}
+        for path in ("/", "/runs/r", "/runs/r/skill", "/runs/r/steps/1", "/api/runs/r"):
             page = client.get(path)
-            assert page.status_code in (200, 404, 500), (path, page.status_code)
+            statuses[path] = page.status_code
+            assert page.status_code in (200, 500), (path, page.status_code)
             assert "Traceback" not in page.text and "zlib.error" not in page.text, path
+            assert "Always answer 42" not in page.text, path
+            if page.status_code == 500:  # the error page names the blob
+                assert skill[:12] in page.text and SAYS[how] in page.text, (path, page.text[:2000])
+        assert statuses["/runs/r/skill"] == 500, statuses
     finally:
         reader.close()
 
