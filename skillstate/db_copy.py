@@ -15,9 +15,10 @@ and forked at the destination without paying for a request again:
 
 "Name" and "mention" are read off the stored text: every 64-digit hex
 string in an event's payload or a referenced blob that is a blob or a
-journaled request at the source. That is a superset of what `audit` checks
-(`Event.blob_refs`) and of the call references `failures.event_call_refs`
-finds, whatever the event version.
+journaled request at the source (`skillstate.blob_walk`, the walker `audit`
+and `resume` check blobs with). That is a superset of `Event.blob_refs` and
+of the call references `failures.event_call_refs` finds, whatever the event
+version. A damaged blob is copied as it is stored (audit then names it).
 
 Each run is written in one transaction at the destination, under its lease
 there, in batches. A run already there with the same log is left as it is
