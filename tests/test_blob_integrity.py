@@ -219,3 +219,18 @@ def test_an_intact_run_is_checked_once_per_blob(db):
         assert audit(store, "r").ok
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("how", ["truncated", "bit-flipped"])
+def test_db_copy_copies_a_damaged_blob_as_stored_and_names_it(db, tmp_path, how):
+    """db copy walks blobs with the same walker: a damaged one is no traceback; the audit there names it."""
+    store = Store(db)
+    try:
+        seq, type_name, h, inside = target(store, "trajectory")
+        damage(store, h, how)
+    finally:
+        store.close()
+    res = CliRunner().invoke(cli, ["db", "copy", "--from", db, "--to", f"sqlite:///{tmp_path / 'to.db'}"])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    assert f"run r event {seq} ({type_name}): blob {h[:12]} (named in blob {inside[:12]})" in res.output
+    assert "cannot be decompressed" in res.output
