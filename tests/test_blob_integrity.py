@@ -54,7 +54,10 @@ def template(tmp_path_factory):
 @pytest.fixture
 def db(template, tmp_path):
     path = tmp_path / "r.db"
-    shutil.copy(template, path)
+    if template.exists():
+        shutil.copy(template, path)
+    else:  # pytest removed old temporary directories (another session on this machine): build it again
+        incomplete_run(f"sqlite:///{path}")
     return f"sqlite:///{path}"
 
 
