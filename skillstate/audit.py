@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from skillstate.blob_walk import blob_damage
 from skillstate.chain import check_chain, label
 from skillstate.engine.runner import build_context, config_of, drive, lineage_events, load_run
 from skillstate.errors import EnvFailure, ReplayMissError, UserError
@@ -23,7 +24,7 @@ from skillstate.event_codec import encode
 from skillstate.events import Event, RunForked, StopConditionMet
 from skillstate.reducer import RunState, reduce
 from skillstate.store import GENESIS, Store, StoredEvent
-from skillstate.util import canonical_json, sha256_text
+from skillstate.util import canonical_json
 
 
 @dataclass
@@ -107,19 +108,10 @@ def audit(store: Store, run_id: str | None, *, expect_head: str | None = None) -
                                    "is not in the log (its tail was cut or its past rewritten)")
             return report
         report.head_checked = True
-    refs: dict[str, StoredEvent] = {}
-    for s, ev in zip(own, decoded, strict=False):
-        for h in ev.blob_refs():
-            refs.setdefault(h, s)  # report the first event that needs it
-    found = store.get_blobs(list(refs))
-    for h, s in refs.items():
-        text = found.get(h)
-        if text is None:
-            report.problems.append(f"{label(s)}: blob {h[:12]} is missing")
-            return report
-        if sha256_text(text) != h:
-            report.problems.append(f"{label(s)}: blob {h[:12]} does not match its hash")
-            return report
+    problem = blob_damage(store, own, decoded)
+    if problem:
+        report.problems.append(problem)
+        return report
     state = RunState()
     for s in prefix:
         state = reduce(state, s.event)
@@ -198,7 +190,7 @@ class VerifyReport:
 
 def verify(store: Store, run_id: str | None) -> VerifyReport:
     """Re-execute a run against its recorded LLM responses and compare events."""
-    loaded = load_run(store, run_id)
+    loaded = load_run(store, run_id, check_blobs=True)  # nothing is re-executed on top of a damaged blob
     own = loaded.own
     report = VerifyReport(loaded.run_id, 0, len(own))
     if not own:

@@ -15,9 +15,10 @@ and forked at the destination without paying for a request again:
 
 "Name" and "mention" are read off the stored text: every 64-digit hex
 string in an event's payload or a referenced blob that is a blob or a
-journaled request at the source. That is a superset of what `audit` checks
-(`Event.blob_refs`) and of the call references `failures.event_call_refs`
-finds, whatever the event version.
+journaled request at the source (`skillstate.blob_walk`, the walker `audit`
+and `resume` check blobs with). That is a superset of `Event.blob_refs` and
+of the call references `failures.event_call_refs` finds, whatever the event
+version. A damaged blob is copied as it is stored (audit then names it).
 
 Each run is written in one transaction at the destination, under its lease
 there, in batches. A run already there with the same log is left as it is
@@ -32,10 +33,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import re
 import time
-import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,6 +42,7 @@ from sqlalchemy import bindparam, insert, select
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError
 
+from skillstate.blob_walk import IN_CHUNK, chunks, hashes_in, walk_blobs
 from skillstate.errors import NotFoundError, UserError
 from skillstate.lease import RunLease
 from skillstate.schema import blobs, events, llm_calls, run_leases, runs
@@ -51,17 +51,13 @@ from skillstate.store import RunRow, Store, StoredEvent, insert_ignoring_duplica
 EVENT_BATCH = 2000  # rows per INSERT batch
 CALL_BATCH = 500  # call rows hold whole requests and responses
 BLOB_BATCH = 500
-IN_CHUNK = 900  # values per IN (...) list, under SQLite's parameter limit
 
-_HEX = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
 _CALL_COLUMNS = [c for c in llm_calls.c if c.name != "id"]
 _CALLS_BY_HASH = (select(llm_calls.c.id, *_CALL_COLUMNS)
                   .where(llm_calls.c.request_hash.in_(bindparam("hashes", expanding=True))))
 _CALLS_OF_RUN = select(llm_calls.c.id, *_CALL_COLUMNS).where(llm_calls.c.run_id == bindparam("run_id"))
 _CALL_KEYS_BY_HASH = (select(llm_calls.c.run_id, llm_calls.c.role, llm_calls.c.request_hash, llm_calls.c.created_at)
                       .where(llm_calls.c.request_hash.in_(bindparam("hashes", expanding=True))))
-_BLOB_ROWS = select(blobs.c.hash, blobs.c.size, blobs.c.data).where(
-    blobs.c.hash.in_(bindparam("hashes", expanding=True)))
 _BLOB_HASHES = select(blobs.c.hash).where(blobs.c.hash.in_(bindparam("hashes", expanding=True)))
 _REQUEST_HASHES = select(llm_calls.c.request_hash).distinct().where(
     llm_calls.c.request_hash.in_(bindparam("hashes", expanding=True)))
@@ -114,18 +110,6 @@ class CopyReport:
 def _utc(value: dt.datetime) -> dt.datetime:
     """A stored timestamp as an aware UTC datetime (SQLite hands back naive UTC)."""
     return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
-
-
-def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-def _hashes_in(texts: Iterable[str]) -> set[str]:
-    out: set[str] = set()
-    for text in texts:
-        out.update(_HEX.findall(text))
-    return out
 
 
 def _event_key(s: StoredEvent) -> tuple[Any, ...]:
@@ -216,27 +200,14 @@ class _Needs:
 
 def _needs(source: Store, run_id: str, stored: list[StoredEvent]) -> _Needs:
     """The blobs the run's events name (transitively) and the call rows it needs."""
-    mentioned = _hashes_in(s.payload for s in stored)
-    seen_blobs: dict[str, tuple[int, bytes]] = {}
-    looked: set[str] = set()
-    frontier = set(mentioned)
     with source.engine.connect() as conn:
-        while frontier:
-            batch = sorted(frontier - looked)
-            looked.update(batch)
-            found: list[str] = []
-            for chunk in _chunks(batch, IN_CHUNK):
-                for h, size, data in conn.execute(_BLOB_ROWS, {"hashes": chunk}):
-                    seen_blobs[h] = (size, bytes(data))
-                    found.append(zlib.decompress(data).decode("utf-8", "replace"))
-            inner = _hashes_in(found) - looked
-            mentioned |= inner
-            frontier = inner
+        walk = walk_blobs(conn, hashes_in(s.payload for s in stored))
+        seen_blobs, mentioned = walk.rows, walk.mentioned
         requests = sorted(mentioned - set(seen_blobs))
         rows: dict[int, dict[str, Any]] = {}
         for r in conn.execute(_CALLS_OF_RUN, {"run_id": run_id}):
             rows[r.id] = dict(r._mapping)
-        for chunk in _chunks(requests, IN_CHUNK):
+        for chunk in chunks(requests, IN_CHUNK):
             for r in conn.execute(_CALLS_BY_HASH, {"hashes": chunk}):
                 rows.setdefault(r.id, dict(r._mapping))
     calls = [rows[i] for i in sorted(rows)]
@@ -252,11 +223,11 @@ def _needs(source: Store, run_id: str, stored: list[StoredEvent]) -> _Needs:
 def _write_blobs(conn: Connection, items: dict[str, tuple[int, bytes]]) -> int:
     hashes = sorted(items)
     existing: set[str] = set()
-    for chunk in _chunks(hashes, IN_CHUNK):
+    for chunk in chunks(hashes, IN_CHUNK):
         existing.update(r[0] for r in conn.execute(_BLOB_HASHES, {"hashes": chunk}))
     # in hash order, like Store._put_blobs: two writers of the same blobs never deadlock
     rows = [dict(hash=h, size=items[h][0], data=items[h][1]) for h in hashes if h not in existing]
-    for chunk in _chunks(rows, BLOB_BATCH):
+    for chunk in chunks(rows, BLOB_BATCH):
         conn.execute(insert_ignoring_duplicates(conn, blobs), chunk)
     return len(rows)
 
@@ -269,10 +240,10 @@ def _write_calls(conn: Connection, rows: list[dict[str, Any]]) -> int:
     """The call rows the destination lacks (a row is its run, role, request and time), in the source's order."""
     hashes = sorted({r["request_hash"] for r in rows})
     have: set[tuple[str, str, str, str]] = set()
-    for chunk in _chunks(hashes, IN_CHUNK):
+    for chunk in chunks(hashes, IN_CHUNK):
         have.update(_call_key(*r) for r in conn.execute(_CALL_KEYS_BY_HASH, {"hashes": chunk}))
     new = [r for r in rows if _call_key(r["run_id"], r["role"], r["request_hash"], r["created_at"]) not in have]
-    for chunk in _chunks(new, CALL_BATCH):
+    for chunk in chunks(new, CALL_BATCH):
         conn.execute(insert(llm_calls), chunk)
     return len(new)
 
@@ -281,7 +252,7 @@ def _write_events(conn: Connection, stored: list[StoredEvent]) -> None:
     rows = [dict(run_id=s.run_id, seq=s.seq, type=s.type, version=s.version, payload=s.payload,
                  prev_hash=s.prev_hash, hash=s.hash, mac=s.mac,
                  created_at=_utc(s.created_at) if s.created_at is not None else None) for s in stored]
-    for chunk in _chunks(rows, EVENT_BATCH):
+    for chunk in chunks(rows, EVENT_BATCH):
         conn.execute(insert(events), chunk)
 
 

@@ -25,12 +25,12 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
 from skillstate.call_journal import CallJournal, utc_now
-from skillstate.errors import ConcurrencyError, NotFoundError, UserError
+from skillstate.errors import ConcurrencyError, CorruptLogError, NotFoundError, UserError
 from skillstate.event_codec import decode, encode
 from skillstate.events import Event
 from skillstate.migrate import may_switch_to_wal, raise_if_damaged, require_database_file, switch_to_wal
 from skillstate.schema import blobs, events, llm_calls, metadata, run_leases, runs  # noqa: F401  (re-exported)
-from skillstate.util import DEFAULT_DB, canonical_json, check_run_id, sha256_text
+from skillstate.util import DEFAULT_DB, canonical_json, check_run_id, first_line, sha256_text
 
 GENESIS = "0" * 64
 
@@ -106,6 +106,27 @@ def insert_ignoring_duplicates(conn: Connection, table: Table) -> Any:
 
 def _compress(text: str) -> bytes:
     return zlib.compress(text.encode("utf-8"), 6)
+
+
+class BlobDamaged(CorruptLogError):
+    """A stored blob no longer reads back as the text its hash names: cut,
+    bit-flipped or rewritten. `blob_hash` is its key, `reason` what is wrong."""
+
+    def __init__(self, blob_hash: str, reason: str):
+        super().__init__(f"blob {blob_hash[:12]} {reason}")
+        self.blob_hash, self.reason = blob_hash, reason
+
+
+def read_blob(blob_hash: str, data: bytes) -> str:
+    """The text of a stored blob, checked: BlobDamaged if its data does not
+    decompress (truncated, bit-flipped) or its text does not hash to its key (altered)."""
+    try:
+        text = zlib.decompress(data).decode("utf-8")
+    except (zlib.error, UnicodeDecodeError) as err:
+        raise BlobDamaged(blob_hash, f"is damaged: it cannot be decompressed ({first_line(err)})") from None
+    if sha256_text(text) != blob_hash:
+        raise BlobDamaged(blob_hash, "does not match its hash (its content was altered)")
+    return text
 
 
 def make_engine(url: str, *, create: bool = True) -> Engine:
@@ -335,19 +356,20 @@ class Store(CallJournal):
         if text is not None:
             return text
         text = self.find_blob(blob_hash)
-        if text is None:
-            raise NotFoundError(f"blob {blob_hash[:12]} is missing from the database")
+        if text is None:  # events name it: the log is damaged, not the request
+            raise BlobDamaged(blob_hash, "is missing from the database")
         self._remember_blobs({blob_hash: text})
         return text
 
     def get_blobs(self, hashes: list[str]) -> dict[str, str]:
-        """The texts of the blobs that exist among `hashes` (always read from the database)."""
+        """The texts of the blobs that exist among `hashes` (always read from the database),
+        each checked against its hash: a damaged one raises BlobDamaged."""
         out: dict[str, str] = {}
         with self.engine.connect() as conn:
             for i in range(0, len(hashes), 500):
                 chunk = hashes[i : i + 500]
                 for h, data in conn.execute(_BLOBS_IN, {"hashes": chunk}):
-                    out[h] = zlib.decompress(data).decode("utf-8")
+                    out[h] = read_blob(h, data)
         return out
 
     def find_blob(self, blob_hash: str) -> str | None:

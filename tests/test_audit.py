@@ -119,3 +119,25 @@ def test_reading_commands_on_a_corrupt_log_fail_in_one_line(run_db):
         res = CliRunner().invoke(cli, [*cmd, "--db", url])
         assert res.exit_code == 1 and "Traceback" not in res.output, res.output
         assert "unknown event type 'Mystery'" in res.output and len(res.output.splitlines()) == 1
+
+
+def test_a_damaged_blob_of_the_parent_is_named_by_the_forks_audit_and_resume(run_db):
+    """The fork inherits the parent's prefix and its blobs: a trajectory named only in the parent's
+    baseline results, cut, is named (its run, event and blob) by both runs' audits and by resume."""
+    from skillstate.blob_walk import trajectories_in
+
+    store, url = run_db
+    own = store.read_events("r")
+    direct = {h for s in own for h in s.event.blob_refs()}
+    (base,) = [s for s in own if s.type == "BaselineEvaluated"]
+    h = next(t for t in trajectories_in(store.get_blob(base.event.results)) if t not in direct)
+    with store.engine.begin() as conn:
+        data = conn.execute(select(blobs.c.data).where(blobs.c.hash == h)).scalar_one()
+        conn.execute(update(blobs).where(blobs.c.hash == h).values(data=bytes(data)[:-4]))
+    where = f"run r event {base.seq} (BaselineEvaluated): blob {h[:12]} (named in blob {base.event.results[:12]})"
+    assert audit(store, "r").problems[0].startswith(where)
+    assert audit(store, "f").problems[0].startswith(f"fork parent: {where}")
+    before = store.read_events("f")[-1].hash
+    res = CliRunner().invoke(cli, ["resume", "f", "-q", "--db", url])
+    assert res.exit_code == 1 and where in res.output and len(res.output.splitlines()) == 1, res.output
+    assert store.read_events("f")[-1].hash == before

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from skillstate import __version__
 from skillstate.config import SkillConfig, public_config, redact, validate_config
 from skillstate.config_sources import merge_overrides
-from skillstate.engine.loading import lineage_events, new_run_id, roles_of, state_of, step_boundary
+from skillstate.engine.loading import checked_prefix, lineage_events, new_run_id, roles_of, state_of, step_boundary
 from skillstate.envs import QAEnv, SkillEnv
 from skillstate.envs.episode import EpisodeEnv
 from skillstate.envs.registry import env_settings, resolve_env
@@ -200,6 +200,7 @@ def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, A
     if parent and getattr(parent[0].event, "kind", "train") != "train":
         raise UserError(f"run {parent_run_id!r} is an evaluation run; only training runs can be forked")
     count = step_boundary(parent, step)
+    checked_prefix(store, parent_run_id, parent[:count])  # nothing is built on a damaged log or blob
     state = state_of(parent[:count])
     for key, value in overrides.items():
         fixed = _fixed_on_fork(key, value)

@@ -8,10 +8,11 @@ import secrets
 from dataclasses import dataclass
 from typing import cast
 
+from skillstate.blob_walk import blob_damage
 from skillstate.chain import check_chain
 from skillstate.config import SkillConfig, validate_config
 from skillstate.errors import CorruptLogError, NotFoundError
-from skillstate.events import BaselineEvaluated, GateDecided, RunForked
+from skillstate.events import BaselineEvaluated, Event, GateDecided, RunForked
 from skillstate.reducer import RunState, fold
 from skillstate.store import GENESIS, Store, StoredEvent
 
@@ -88,10 +89,12 @@ class LoadedRun:
         return (last.seq, last.hash) if last else (0, GENESIS)
 
 
-def load_run(store: Store, run_id: str | None) -> LoadedRun:
+def load_run(store: Store, run_id: str | None, *, check_blobs: bool = False) -> LoadedRun:
     """A run's lineage, checked (sequence, hash chain, signatures, readable
     payloads) and folded. A damaged log raises CorruptLogError: nothing is
-    resumed, replayed or verified on top of it."""
+    resumed, replayed or verified on top of it. With `check_blobs` (before
+    anything is appended or re-executed) every blob the lineage names, and
+    every blob those name, must be there and read back as its hash says."""
     row = store.require_run(run_id)
     try:
         lineage = lineage_events(store, row.run_id)
@@ -102,9 +105,27 @@ def load_run(store: Store, run_id: str | None) -> LoadedRun:
     decoded, problem = check_chain(lineage, key=store.audit_key)
     if problem:
         raise CorruptLogError(f"{problem}; the log of run {row.run_id} is damaged and nothing was done")
+    if check_blobs:
+        require_blobs(store, row.run_id, lineage, decoded)
     own = [s for s in lineage if s.run_id == row.run_id]
     try:
         state = fold(decoded)  # the events the chain check decoded, not decoded again
     except Exception as err:
         raise CorruptLogError(f"run {row.run_id}: the log cannot be folded: {err}") from None
     return LoadedRun(row.run_id, lineage, own, state)
+
+
+def require_blobs(store: Store, run_id: str, stored: list[StoredEvent], decoded: list[Event]) -> None:
+    """CorruptLogError naming the event and the blob if a blob `stored` depends on is missing or damaged."""
+    problem = blob_damage(store, stored, decoded)
+    if problem:
+        raise CorruptLogError(f"{problem}; the log of run {run_id} is damaged and nothing was done")
+
+
+def checked_prefix(store: Store, run_id: str, stored: list[StoredEvent]) -> None:
+    """Refuse (CorruptLogError) to build on `stored`, a prefix of `run_id`'s lineage, if
+    its chain or a blob it depends on is damaged (a fork checks what it inherits)."""
+    decoded, problem = check_chain(stored, key=store.audit_key)
+    if problem:
+        raise CorruptLogError(f"{problem}; the log of run {run_id} is damaged and nothing was done")
+    require_blobs(store, run_id, stored, decoded)

@@ -249,7 +249,7 @@ def continue_run(store: Store, run_id: str, *, runtime: SkillConfig | None = Non
                  backend_factory: BackendFactory | None = None) -> RunState:
     """Run (or resume) `run_id` until it completes."""
     with RunLease(store, run_id) as lease:  # before anything is read to act on: one driver per run
-        loaded = load_run(store, run_id)
+        loaded = load_run(store, run_id, check_blobs=True)  # nothing is appended on top of a damaged blob
         config = config_of(loaded.state)
         if runtime is not None:
             config = with_runtime(config, runtime)
