@@ -8,10 +8,19 @@ overrides is `skillstate.config_sources`.
 from __future__ import annotations
 
 import difflib
+import math
 import re
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from skillstate.errors import ConfigError
 
@@ -22,10 +31,54 @@ GateMetric = Literal["hard", "soft", "mixed"]
 SIM_MODELS = {"target": "sim-target", "optimizer": "sim-optimizer"}
 
 
-class ModelConfig(BaseModel):
-    """How one role (target or optimizer) reaches its model."""
+def _leaf_types(annotation: Any) -> set[Any]:
+    """The scalar types a field's annotation admits: `int | None` -> {int, None}."""
+    if get_origin(annotation) is Literal:
+        return {type(arg) for arg in get_args(annotation)}
+    args = get_args(annotation)
+    if not args:
+        return {annotation}
+    return set().union(*(_leaf_types(arg) for arg in args))
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+def _leaves(value: Any, where: str = "") -> list[tuple[str, Any]]:
+    """(where, scalar) of a value: itself, or the values of a mapping or sequence (not the keys)."""
+    if isinstance(value, dict):
+        return [leaf for key, item in value.items() for leaf in _leaves(item, f"{where}{key}: ")]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _leaves(item, where)]
+    return [(where, value)]
+
+
+class Section(BaseModel):
+    """A part of the config. Besides each field's own type and bounds, every
+    field refuses what would slip through pydantic's conversions unnoticed: a
+    boolean where a number is meant (`num_epochs: true` is not 1), an empty or
+    blank string anywhere a string is meant (`--model "$MODEL"` with MODEL
+    unset is a mistake, not "not set": leave the key out for that), and NaN or
+    infinite numbers."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _plain_values(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if field is None:
+            return value
+        kinds = _leaf_types(field.annotation)
+        if Any in kinds or any(isinstance(k, type) and issubclass(k, BaseModel) for k in kinds):
+            return value  # free-form (env_config), or a section of its own that checks its fields
+        for where, leaf in _leaves(value):
+            if isinstance(leaf, bool) and bool not in kinds and kinds & {int, float}:
+                raise ValueError(f"{where}expected a number, got {str(leaf).lower()}")
+            if isinstance(leaf, str) and str in kinds and not leaf.strip():
+                raise ValueError(f"{where}must not be empty (leave the key out to use its default)")
+        return value
+
+
+class ModelConfig(Section):
+    """How one role (target or optimizer) reaches its model."""
 
     model: str | None = Field(None, description="Model name; the sim backend defaults to sim-target / sim-optimizer.")
     base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
@@ -55,10 +108,8 @@ class OptimizerModelConfig(ModelConfig):
                             "of each prompt (OpenAI, vLLM and llama.cpp accept both); text sends no response_format.")
 
 
-class EpisodeConfig(BaseModel):
+class EpisodeConfig(Section):
     """How multi-turn episodes run and what the analysts see of them (text worlds and tool-using agents)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     max_turns: int = Field(50, ge=1, le=1000, description="Target calls per episode (actions, or tool-calling rounds).")
     max_invalid: int = Field(5, ge=1, description="This many invalid actions (or failed tool calls) in a row end the "
@@ -73,10 +124,8 @@ class EpisodeConfig(BaseModel):
                                                          "view.")
 
 
-class BankConfig(BaseModel):
+class BankConfig(Section):
     """The skill bank (mode: bank), after SkillRL: retrieval, deduplication and evolution."""
-
-    model_config = ConfigDict(extra="forbid")
 
     retrieval: Literal["template", "embedding"] = Field(
         "template", description="template: the task category's skills plus the first general_k general ones; "
@@ -101,10 +150,8 @@ class BankConfig(BaseModel):
                           "the baseline (snapshotted into the log).")
 
 
-class SkillConfig(BaseModel):
+class SkillConfig(Section):
     """Every knob of a SkillOpt run. Field names are the config keys."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     # where things come from
     env: str = Field("qa", description="The environment: a built-in name (qa), a name an installed package "
@@ -206,7 +253,8 @@ class SkillConfig(BaseModel):
         None, ge=1, description="Stop before a step once the best score has not improved for this many steps (a "
                                 "fork counts from its fork step).")
     target_score: float | None = Field(
-        None, description="Stop before a step once the best score (gate metric) reaches this value.")
+        None, ge=0.0, le=1.0, description="Stop before a step once the best score (gate metric) reaches this value "
+                                          "(scores are from 0 to 1).")
     max_wall_seconds: float | None = Field(
         None, gt=0, description="Stop at the next event boundary once this invocation has run this many seconds.")
     stop_file: str | None = Field(
@@ -243,6 +291,17 @@ class SkillConfig(BaseModel):
     llm_cache: Literal["all", "lineage"] = Field(
         "all", description="Serve identical LLM requests from any run in the database (all) or only from this run and "
                            "its fork ancestors (lineage).")
+
+    @field_validator("prices")
+    @classmethod
+    def _real_prices(cls, prices: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        for model, price in prices.items():
+            if not model.strip():
+                raise ValueError("a model name must not be empty")
+            if not all(math.isfinite(p) and p >= 0 for p in price):
+                raise ValueError(f"the price of {model!r} must be two numbers of USD of 0 or more, got "
+                                 f"{list(price)}")
+        return prices
 
     @model_validator(mode="after")
     def _check(self) -> SkillConfig:
@@ -318,7 +377,21 @@ def _describe(err: ValidationError) -> str:
     return f"invalid config value for {loc}: {msg}"
 
 
+def sections() -> dict[str, type[BaseModel]]:
+    """The config's sections (target, optimizer, episode, bank): keys that hold keys, not a value."""
+    out = {}
+    for name, field in SkillConfig.model_fields.items():
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            out[name] = field.annotation
+    return out
+
+
 def unknown_key(key: str) -> str:
+    section = sections().get(key)
+    if section is not None:
+        first = next(iter(section.model_fields))
+        return (f"'{key}' is a section of the config, not a value: set one of its keys, e.g. "
+                f"--set {key}.{first}=... (in a config file, {key}: {{{first}: ...}})")
     close = difflib.get_close_matches(key, config_keys(), n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     return f"unknown config key '{key}'{hint}"
