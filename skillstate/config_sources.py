@@ -31,6 +31,8 @@ else:  # pragma: no cover
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a YAML or TOML file into a plain dict (not yet validated), with
     its relative paths made absolute (see `_resolve_paths`)."""
+    if not str(path).strip():
+        raise ConfigError("the config file name is empty (leave --config out for no config file)")
     path = Path(path)
     try:
         text = read_input_text(path, encoding="utf-8-sig")  # a BOM at the start is fine
@@ -213,11 +215,11 @@ def merge_dicts(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 def build_config(file: str | Path | None = None, overrides: dict[str, Any] | None = None,
                  base: dict[str, Any] | None = None) -> SkillConfig:
     """`base` (defaults), then the file, then overrides; everything validated."""
-    data = load_config_file(file) if file else {}
+    data = load_config_file(file) if file is not None else {}
     flat_file = flatten_keys(data)
     unknown = [k for k in flat_file if k not in set(config_keys()) and not k.startswith(DICT_KEYS)]
     if unknown:
         raise ConfigError(unknown_key(unknown[0]))
-    if file:
+    if file is not None:
         _check_file_types(flat_file, file)
     return validate_config(merge_overrides(merge_dicts(base or {}, data), overrides or {}))

@@ -183,6 +183,8 @@ EMPTY = {
     "--target-model": (["run", "--target-model", ""], "target.model: must not be empty"),
     "--base-url": (["run", "--base-url", ""], ".base_url: must not be empty"),
     "--data": (["run", "--data", ""], "data: must not be empty"),
+    "--config": (["run", "--config", ""], "config file name is empty"),
+    "eval --config": (["eval", "--skill", "s.md", "--config", " "], "config file name is empty"),
     "--set data=": (["run", "--set", "data="], "data: must not be empty"),
     "--set stop_file=": (["run", "--set", "stop_file="], "stop_file: must not be empty"),
     "--set target.api_key_env=": (["run", "--set", "target.api_key_env="], "target.api_key_env: must not be empty"),

@@ -225,6 +225,8 @@ def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, A
     if total < step:
         raise ConfigError(f"the fork's schedule has {total} steps, fewer than the fork step {step}")
     check_schedule(total)
+    stored = public_config(config)
+    validate_config(stored)  # the config as the log will hold it must read back
     run_id = run_id or new_run_id("fork")
     if store.get_run(run_id) is not None:
         raise UserError(f"run {run_id!r} already exists")
@@ -232,7 +234,7 @@ def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, A
     event = RunForked(parent_run_id=parent_run_id, fork_step=step, parent_event_count=count,
                       parent_event_hash=parent[count - 1].hash,
                       overrides={k: redact(v) if isinstance(v, str) else v for k, v in overrides.items()},
-                      config=public_config(config), prompts=prompts, steps_per_epoch=spe, total_steps=total)
+                      config=stored, prompts=prompts, steps_per_epoch=spe, total_steps=total)
     store.append(run_id, [event], last_seq=0, last_hash=parent[count - 1].hash, blobs_to_put=blobs,
                  new_run={"parent_run_id": parent_run_id, "fork_step": step})
     return run_id
