@@ -50,13 +50,19 @@ def _leaves(value: Any, where: str = "") -> list[tuple[str, Any]]:
     return [(where, value)]
 
 
+def _stored(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("stored"))
+
+
 class Section(BaseModel):
     """A part of the config. Besides each field's own type and bounds, every
     field refuses what would slip through pydantic's conversions unnoticed: a
     boolean where a number is meant (`num_epochs: true` is not 1), an empty or
     blank string anywhere a string is meant (`--model "$MODEL"` with MODEL
     unset is a mistake, not "not set": leave the key out for that), and NaN or
-    infinite numbers."""
+    infinite numbers. A config read back from a log (`stored_config`) is not
+    held to these checks added later, so that older runs still resume and
+    verify."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
@@ -64,7 +70,7 @@ class Section(BaseModel):
     @classmethod
     def _plain_values(cls, value: Any, info: ValidationInfo) -> Any:
         field = cls.model_fields.get(info.field_name or "")
-        if field is None:
+        if field is None or _stored(info):
             return value
         kinds = _leaf_types(field.annotation)
         if Any in kinds or any(isinstance(k, type) and issubclass(k, BaseModel) for k in kinds):
@@ -253,7 +259,7 @@ class SkillConfig(Section):
         None, ge=1, description="Stop before a step once the best score has not improved for this many steps (a "
                                 "fork counts from its fork step).")
     target_score: float | None = Field(
-        None, ge=0.0, le=1.0, description="Stop before a step once the best score (gate metric) reaches this value "
+        None, description="Stop before a step once the best score (gate metric) reaches this value "
                                           "(scores are from 0 to 1).")
     max_wall_seconds: float | None = Field(
         None, gt=0, description="Stop at the next event boundary once this invocation has run this many seconds.")
@@ -294,7 +300,10 @@ class SkillConfig(Section):
 
     @field_validator("prices")
     @classmethod
-    def _real_prices(cls, prices: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+    def _real_prices(cls, prices: dict[str, tuple[float, float]],
+                     info: ValidationInfo) -> dict[str, tuple[float, float]]:
+        if _stored(info):
+            return prices
         for model, price in prices.items():
             if not model.strip():
                 raise ValueError("a model name must not be empty")
@@ -302,6 +311,13 @@ class SkillConfig(Section):
                 raise ValueError(f"the price of {model!r} must be two numbers of USD of 0 or more, got "
                                  f"{list(price)}")
         return prices
+
+    @field_validator("target_score")
+    @classmethod
+    def _a_score(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and not 0.0 <= value <= 1.0 and not _stored(info):
+            raise ValueError(f"scores are from 0 to 1, got {value}")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> SkillConfig:
@@ -400,6 +416,16 @@ def unknown_key(key: str) -> str:
 def validate_config(data: dict[str, Any]) -> SkillConfig:
     try:
         return SkillConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_describe(err)) from None
+
+
+def stored_config(data: dict[str, Any]) -> SkillConfig:
+    """The config a run's log holds, read back: validated, but not held to the
+    checks of `Section` added after older runs were written (empty strings,
+    booleans as numbers, negative prices, target_score above 1)."""
+    try:
+        return SkillConfig.model_validate(data, context={"stored": True})
     except ValidationError as err:
         raise ConfigError(_describe(err)) from None
 

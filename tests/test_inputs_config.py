@@ -349,3 +349,23 @@ def test_a_huge_option_value_makes_a_short_line(db):
     (line,) = [ln for ln in res.stderr.splitlines() if ln.startswith("Error: ")]
     assert len(line) < 600 and "characters cut" in line and line.endswith("is not a valid integer."), line[:1000]
     assert not db.exists()
+
+
+# older logs: a config stored before these checks still resumes and verifies
+
+def test_a_run_stored_before_the_checks_still_resumes_and_verifies(tmp_path):
+    """A log written by an older version may hold values refused now (an empty
+    stop_file, target_score 2, a negative price): it is read back as it was."""
+    from skillstate.audit import verify
+    from skillstate.store import GENESIS
+
+    store = Store(f"sqlite:///{tmp_path / 'runs.db'}")
+    template = store.read_events(create_run(store, SkillConfig(num_epochs=1, batch_size=120, eval_test=False),
+                                            "template"))[0].event
+    old = {**template.config, "stop_file": "", "target_score": 2.0, "prices": {"sim-target": [-1.0, 0.6]}}
+    store.append("old", [template.model_copy(update={"config": old})], last_seq=0, last_hash=GENESIS,
+                 blobs_to_put={}, new_run={"kind": "train"})
+    result = Trainer(store=store, run_id="old").train()
+    assert result.state.completed
+    assert verify(store, "old").ok
+    store.close()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from skillstate.chain import check_chain
-from skillstate.config import SkillConfig, validate_config
+from skillstate.config import SkillConfig, stored_config
 from skillstate.errors import CorruptLogError, NotFoundError
 from skillstate.events import BaselineEvaluated, GateDecided, RunForked
 from skillstate.reducer import RunState, fold
@@ -63,7 +63,7 @@ def state_of(stored: list[StoredEvent]) -> RunState:
 
 
 def config_of(state: RunState) -> SkillConfig:
-    return validate_config(dict(state.config))
+    return stored_config(dict(state.config))
 
 
 def roles_of(kind: str) -> tuple[str, ...]:
