@@ -10,18 +10,11 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from skillstate.config_section import Section, is_stored
 from skillstate.errors import ConfigError
 
 Backend = Literal["sim", "openai"]
@@ -29,58 +22,6 @@ Scheduler = Literal["constant", "linear", "cosine"]
 GateMetric = Literal["hard", "soft", "mixed"]
 
 SIM_MODELS = {"target": "sim-target", "optimizer": "sim-optimizer"}
-
-
-def _leaf_types(annotation: Any) -> set[Any]:
-    """The scalar types a field's annotation admits: `int | None` -> {int, None}."""
-    if get_origin(annotation) is Literal:
-        return {type(arg) for arg in get_args(annotation)}
-    args = get_args(annotation)
-    if not args:
-        return {annotation}
-    return set().union(*(_leaf_types(arg) for arg in args))
-
-
-def _leaves(value: Any, where: str = "") -> list[tuple[str, Any]]:
-    """(where, scalar) of a value: itself, or the values of a mapping or sequence (not the keys)."""
-    if isinstance(value, dict):
-        return [leaf for key, item in value.items() for leaf in _leaves(item, f"{where}{key}: ")]
-    if isinstance(value, (list, tuple)):
-        return [leaf for item in value for leaf in _leaves(item, where)]
-    return [(where, value)]
-
-
-def _stored(info: ValidationInfo) -> bool:
-    return bool(info.context and info.context.get("stored"))
-
-
-class Section(BaseModel):
-    """A part of the config. Besides each field's own type and bounds, every
-    field refuses what would slip through pydantic's conversions unnoticed: a
-    boolean where a number is meant (`num_epochs: true` is not 1), an empty or
-    blank string anywhere a string is meant (`--model "$MODEL"` with MODEL
-    unset is a mistake, not "not set": leave the key out for that), and NaN or
-    infinite numbers. A config read back from a log (`stored_config`) is not
-    held to these checks added later, so that older runs still resume and
-    verify."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _plain_values(cls, value: Any, info: ValidationInfo) -> Any:
-        field = cls.model_fields.get(info.field_name or "")
-        if field is None or _stored(info):
-            return value
-        kinds = _leaf_types(field.annotation)
-        if Any in kinds or any(isinstance(k, type) and issubclass(k, BaseModel) for k in kinds):
-            return value  # free-form (env_config), or a section of its own that checks its fields
-        for where, leaf in _leaves(value):
-            if isinstance(leaf, bool) and bool not in kinds and kinds & {int, float}:
-                raise ValueError(f"{where}expected a number, got {str(leaf).lower()}")
-            if isinstance(leaf, str) and str in kinds and not leaf.strip():
-                raise ValueError(f"{where}must not be empty (leave the key out to use its default)")
-        return value
 
 
 class ModelConfig(Section):
@@ -259,8 +200,8 @@ class SkillConfig(Section):
         None, ge=1, description="Stop before a step once the best score has not improved for this many steps (a "
                                 "fork counts from its fork step).")
     target_score: float | None = Field(
-        None, description="Stop before a step once the best score (gate metric) reaches this value "
-                                          "(scores are from 0 to 1).")
+        None, description="Stop before a step once the best score (gate metric) reaches this value (scores are "
+                          "from 0 to 1).")
     max_wall_seconds: float | None = Field(
         None, gt=0, description="Stop at the next event boundary once this invocation has run this many seconds.")
     stop_file: str | None = Field(
@@ -302,7 +243,7 @@ class SkillConfig(Section):
     @classmethod
     def _real_prices(cls, prices: dict[str, tuple[float, float]],
                      info: ValidationInfo) -> dict[str, tuple[float, float]]:
-        if _stored(info):
+        if is_stored(info):
             return prices
         for model, price in prices.items():
             if not model.strip():
@@ -315,7 +256,7 @@ class SkillConfig(Section):
     @field_validator("target_score")
     @classmethod
     def _a_score(cls, value: float | None, info: ValidationInfo) -> float | None:
-        if value is not None and not 0.0 <= value <= 1.0 and not _stored(info):
+        if value is not None and not 0.0 <= value <= 1.0 and not is_stored(info):
             raise ValueError(f"scores are from 0 to 1, got {value}")
         return value
 

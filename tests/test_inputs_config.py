@@ -19,7 +19,8 @@ from click.testing import CliRunner
 from conftest import EXAMPLES
 
 from skillstate.cli.main import cli
-from skillstate.config import SkillConfig, _leaf_types, config_keys, validate_config
+from skillstate.config import SkillConfig, config_keys, validate_config
+from skillstate.config_section import leaf_types
 from skillstate.engine.runner import create_run, dataset_of, load_run
 from skillstate.errors import ConfigError
 from skillstate.store import Store
@@ -133,7 +134,7 @@ def field_kinds(key: str) -> set:
     *sections, name = key.split(".")
     for part in sections:
         model = model.model_fields[part].annotation
-    return _leaf_types(model.model_fields[name].annotation)
+    return leaf_types(model.model_fields[name].annotation)
 
 
 def config_with(key: str, value) -> dict:
