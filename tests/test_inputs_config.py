@@ -100,6 +100,8 @@ ACCEPTED = {
     "num_epochs true": (["--set", "num_epochs=true"], "num_epochs: expected a number, got true"),
     "batch_size false": (["--set", "batch_size=false"], "batch_size: expected a number, got false"),
     "temperature true": (["--set", "target.temperature=true"], "target.temperature: expected a number"),
+    "max cost nan": (["--max-cost-usd", "nan"], "max_cost_usd: Input should be a finite number"),
+    "wall seconds inf": (["--set", "max_wall_seconds=.inf"], "max_wall_seconds: Input should be a finite number"),
     "target_score 2": (["--set", "target_score=2"], "target_score"),
     "target_score -0.1": (["--set", "target_score=-0.1"], "target_score"),
     "empty inline prompt": (["--set", "prompts.failure_analyst="], "failure_analyst: must not be empty"),
