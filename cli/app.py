@@ -24,6 +24,7 @@ from skillstate.errors import (
     RunStopped,
     SkillstateError,
     UserError,
+    clip,
 )
 from skillstate.util import DEFAULT_DB, parse_step
 
@@ -70,6 +71,13 @@ def stopped(err: RunStopped) -> Stopped:
 
 class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return self._invoke(ctx)
+        except click.ClickException as err:  # every error line, click's own too: long echoed input is cut
+            object.__setattr__(err, "message", clip(err.message))  # (click declares it Final)
+            raise
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except click.ClickException:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -78,7 +77,9 @@ def _require_text(skill_file: str | None) -> None:
     if not skill_file:
         return
     try:
-        text = Path(skill_file).expanduser().read_text(encoding="utf-8")
+        from skillstate.input_files import read_input_text
+
+        text = read_input_text(skill_file)
     except (OSError, UnicodeDecodeError):
         return  # the library names the problem
     if not text.strip():

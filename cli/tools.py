@@ -67,7 +67,7 @@ def sim_world_named(env_name: str | None, data: str | None, config_file: str | N
     from skillstate.sim.backend import sim_world_for
     from skillstate.sim.world import SimWorld, bundled_splits
 
-    config = validate_config(load_config_file(config_file)) if config_file else SkillConfig()
+    config = validate_config(load_config_file(config_file)) if config_file is not None else SkillConfig()
     overrides = {k: v for k, v in (("env", env_name), ("data", data)) if v is not None}
     config = config.model_copy(update=overrides) if overrides else config
     names = [config.train_split, config.val_split, config.test_split]

@@ -92,14 +92,14 @@ def run(config_file, backend, data, env_name, model, optimizer_model, target_mod
     flags = {"backend": backend, "data": data, "env": env_name, "num_epochs": epochs, "batch_size": batch_size,
              "edit_budget": edit_budget, "lr_scheduler": lr, "max_cost_usd": max_cost_usd, "mode": mode}
     overrides.update({k: v for k, v in flags.items() if v is not None})
-    for role in ("target", "optimizer"):
-        if model:
+    for role in ("target", "optimizer"):  # an empty value is passed on, for the config to refuse
+        if model is not None:
             overrides[f"{role}.model"] = model
-        if base_url:
+        if base_url is not None:
             overrides[f"{role}.base_url"] = base_url
-    if optimizer_model:
+    if optimizer_model is not None:
         overrides["optimizer.model"] = optimizer_model
-    if target_model:
+    if target_model is not None:
         overrides["target.model"] = target_model
     overrides.update(parse_sets(assignments))
 

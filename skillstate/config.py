@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from skillstate.config_section import Section, is_stored
 from skillstate.errors import ConfigError
 
 Backend = Literal["sim", "openai"]
@@ -27,10 +29,8 @@ EXTRA_BODY_TAKEN = {"model", "messages", "max_tokens", "max_completion_tokens", 
                     "tools", "seed", "stream", "n"}
 
 
-class ModelConfig(BaseModel):
+class ModelConfig(Section):
     """How one role (target or optimizer) reaches its model."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     model: str | None = Field(None, description="Model name; the sim backend defaults to sim-target / sim-optimizer.")
     base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
@@ -76,10 +76,8 @@ class OptimizerModelConfig(ModelConfig):
                             "of each prompt (OpenAI, vLLM and llama.cpp accept both); text sends no response_format.")
 
 
-class EpisodeConfig(BaseModel):
+class EpisodeConfig(Section):
     """How multi-turn episodes run and what the analysts see of them (text worlds and tool-using agents)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     max_turns: int = Field(50, ge=1, le=1000, description="Target calls per episode (actions, or tool-calling rounds).")
     max_invalid: int = Field(5, ge=1, description="This many invalid actions (or failed tool calls) in a row end the "
@@ -94,10 +92,8 @@ class EpisodeConfig(BaseModel):
                                                          "view.")
 
 
-class BankConfig(BaseModel):
+class BankConfig(Section):
     """The skill bank (mode: bank), after SkillRL: retrieval, deduplication and evolution."""
-
-    model_config = ConfigDict(extra="forbid")
 
     retrieval: Literal["template", "embedding"] = Field(
         "template", description="template: the task category's skills plus the first general_k general ones; "
@@ -122,10 +118,8 @@ class BankConfig(BaseModel):
                           "the baseline (snapshotted into the log).")
 
 
-class SkillConfig(BaseModel):
+class SkillConfig(Section):
     """Every knob of a SkillOpt run. Field names are the config keys."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     # where things come from
     env: str = Field("qa", description="The environment: a built-in name (qa), a name an installed package "
@@ -237,7 +231,8 @@ class SkillConfig(BaseModel):
         None, ge=1, description="Stop before a step once the best score has not improved for this many steps (a "
                                 "fork counts from its fork step).")
     target_score: float | None = Field(
-        None, description="Stop before a step once the best score (gate metric) reaches this value.")
+        None, description="Stop before a step once the best score (gate metric) reaches this value (scores are "
+                          "from 0 to 1).")
     max_wall_seconds: float | None = Field(
         None, gt=0, description="Stop at the next event boundary once this invocation has run this many seconds.")
     stop_file: str | None = Field(
@@ -274,6 +269,27 @@ class SkillConfig(BaseModel):
     llm_cache: Literal["all", "lineage"] = Field(
         "all", description="Serve identical LLM requests from any run in the database (all) or only from this run and "
                            "its fork ancestors (lineage).")
+
+    @field_validator("prices")
+    @classmethod
+    def _real_prices(cls, prices: dict[str, tuple[float, float]],
+                     info: ValidationInfo) -> dict[str, tuple[float, float]]:
+        if is_stored(info):
+            return prices
+        for model, price in prices.items():
+            if not model.strip():
+                raise ValueError("a model name must not be empty")
+            if not all(math.isfinite(p) and p >= 0 for p in price):
+                raise ValueError(f"the price of {model!r} must be two numbers of USD of 0 or more, got "
+                                 f"{list(price)}")
+        return prices
+
+    @field_validator("target_score")
+    @classmethod
+    def _a_score(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and not 0.0 <= value <= 1.0 and not is_stored(info):
+            raise ValueError(f"scores are from 0 to 1, got {value}")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> SkillConfig:
@@ -349,7 +365,21 @@ def _describe(err: ValidationError) -> str:
     return f"invalid config value for {loc}: {msg}"
 
 
+def sections() -> dict[str, type[BaseModel]]:
+    """The config's sections (target, optimizer, episode, bank): keys that hold keys, not a value."""
+    out = {}
+    for name, field in SkillConfig.model_fields.items():
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            out[name] = field.annotation
+    return out
+
+
 def unknown_key(key: str) -> str:
+    section = sections().get(key)
+    if section is not None:
+        first = next(iter(section.model_fields))
+        return (f"'{key}' is a section of the config, not a value: set one of its keys, e.g. "
+                f"--set {key}.{first}=... (in a config file, {key}: {{{first}: ...}})")
     close = difflib.get_close_matches(key, config_keys(), n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     return f"unknown config key '{key}'{hint}"
@@ -358,6 +388,16 @@ def unknown_key(key: str) -> str:
 def validate_config(data: dict[str, Any]) -> SkillConfig:
     try:
         return SkillConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_describe(err)) from None
+
+
+def stored_config(data: dict[str, Any]) -> SkillConfig:
+    """The config a run's log holds, read back: validated, but not held to the
+    checks of `Section` added after older runs were written (empty strings,
+    booleans as numbers, negative prices, target_score above 1)."""
+    try:
+        return SkillConfig.model_validate(data, context={"stored": True})
     except ValidationError as err:
         raise ConfigError(_describe(err)) from None
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from skillstate.config import DICT_KEYS, SkillConfig, config_keys, flatten_keys, unknown_key, validate_config
 from skillstate.errors import ConfigError
+from skillstate.input_files import read_input_text
 from skillstate.prompts import is_prompt_file
 
 if sys.version_info >= (3, 11):
@@ -30,28 +31,69 @@ else:  # pragma: no cover
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a YAML or TOML file into a plain dict (not yet validated), with
     its relative paths made absolute (see `_resolve_paths`)."""
+    if not str(path).strip():
+        raise ConfigError("the config file name is empty (leave --config out for no config file)")
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8-sig")  # a BOM at the start is fine
+        text = read_input_text(path, encoding="utf-8-sig")  # a BOM at the start is fine
     except OSError as err:
         raise ConfigError(f"cannot read config file {path}: {err.strerror or err}") from None
     except UnicodeDecodeError as err:
         raise ConfigError(f"config file {path} is not UTF-8 text (byte {err.start}); is it a YAML or TOML "
                           "file?") from None
+    kind = "TOML" if path.suffix.lower() == ".toml" else "YAML"
     try:
-        if path.suffix.lower() == ".toml":
-            data = tomllib.loads(text)
-        else:
-            data = yaml.safe_load(text)
+        data = tomllib.loads(text) if kind == "TOML" else yaml.safe_load(text)
+        check_shape(data)
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as err:
         first_line = str(err).strip().splitlines()[0]
-        raise ConfigError(f"config file {path} is not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: "
-                          f"{first_line}") from None
+        raise ConfigError(f"config file {path} is not valid {kind}: {first_line}") from None
+    except (RecursionError, ValueError) as err:
+        raise ConfigError(f"config file {path}: {_too_big(err)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of keys to values")
     return _resolve_paths(data, path)
+
+
+# A config is small: a few dozen keys, nested a few levels (env_config may hold more). These bounds refuse,
+# quickly, what no config needs: values nested hundreds deep (a RecursionError somewhere later) and YAML
+# aliases that multiply into billions of values (the "billion laughs").
+MAX_DEPTH = 32
+MAX_VALUES = 100_000
+
+
+def check_shape(data: Any) -> None:
+    """Raise ValueError when `data`, with its aliases expanded, is nested deeper
+    than MAX_DEPTH or holds more than MAX_VALUES values. Stops as soon as a
+    bound is passed, so an alias bomb is refused without being expanded."""
+    count, stack = 0, [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ValueError(f"more than {MAX_VALUES:,} values (with YAML aliases expanded)")
+        if isinstance(value, (dict, list, tuple)):
+            if depth >= MAX_DEPTH:
+                raise ValueError(f"values nested more than {MAX_DEPTH} levels deep")
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((item, depth + 1) for item in items)
+
+
+def _too_big(err: Exception) -> str:
+    return f"values nested too deeply ({MAX_DEPTH} levels at most)" if isinstance(err, RecursionError) else str(err)
+
+
+def load_value(text: str) -> Any:
+    """A YAML value (a `--set` value), within the bounds of `check_shape`;
+    ValueError when it is too deep or too big, yaml.YAMLError when it is not YAML."""
+    try:
+        value = yaml.safe_load(text)
+    except RecursionError as err:
+        raise ValueError(_too_big(err)) from None
+    check_shape(value)
+    return value
 
 
 def _resolve_paths(data: dict[str, Any], file: Path) -> dict[str, Any]:
@@ -124,9 +166,11 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     if not _KEY_RE.match(key):
         raise ConfigError(f"--set: bad key {key!r}")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_value(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    except ValueError as err:
+        raise ConfigError(f"--set {key}: {err}") from None
     return key, value
 
 
@@ -171,11 +215,11 @@ def merge_dicts(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 def build_config(file: str | Path | None = None, overrides: dict[str, Any] | None = None,
                  base: dict[str, Any] | None = None) -> SkillConfig:
     """`base` (defaults), then the file, then overrides; everything validated."""
-    data = load_config_file(file) if file else {}
+    data = load_config_file(file) if file is not None else {}
     flat_file = flatten_keys(data)
     unknown = [k for k in flat_file if k not in set(config_keys()) and not k.startswith(DICT_KEYS)]
     if unknown:
         raise ConfigError(unknown_key(unknown[0]))
-    if file:
+    if file is not None:
         _check_file_types(flat_file, file)
     return validate_config(merge_overrides(merge_dicts(base or {}, data), overrides or {}))

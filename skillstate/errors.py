@@ -3,7 +3,21 @@
 `UserError` and its subclasses describe a problem with what the user asked
 for (a bad config value, an unknown run, a malformed data file). The CLI turns
 them into one line on stderr and exit code 2. Anything else is a bug.
+An error message that echoes a long input is cut to a readable length
+(`clip`): the head and the tail stay, so the hint at the end is kept.
 """
+
+# Longer error lines are cut in the middle: a 5 MB config value must not make a 5 MB error line.
+MAX_MESSAGE_CHARS = 500
+
+
+def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`text` cut to about `limit` characters, keeping its head and tail and
+    saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 4
+    return f"{text[:head]} …[{len(text) - head - tail:,} characters cut]… {text[-tail:]}"
 
 
 class SkillstateError(Exception):
@@ -11,7 +25,11 @@ class SkillstateError(Exception):
 
 
 class UserError(SkillstateError):
-    """Bad input: config, arguments, data files, missing credentials."""
+    """Bad input: config, arguments, data files, missing credentials. Its
+    message is clipped (it often echoes what the user gave)."""
+
+    def __init__(self, message: object = "", *args: object):
+        super().__init__(clip(str(message)), *args)
 
 
 class ConfigError(UserError):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from skillstate.config import SkillConfig, public_config, semantic_view, validate_config
+from skillstate.config import SkillConfig, public_config, semantic_view, stored_config
 from skillstate.engine.context import ProgressCallback
 from skillstate.engine.runner import (
     BackendFactory,
@@ -57,7 +57,7 @@ class RunResult:
 def check_resumable(state: RunState, config: SkillConfig, run_id: str) -> None:
     """A resumed run must keep every setting that affects what it computes."""
     # the stored config is read back through the model, so keys added since it was written take their defaults
-    stored = semantic_view(public_config(validate_config(dict(state.config))))
+    stored = semantic_view(public_config(stored_config(dict(state.config))))
     settings = env_settings(resolve_env(config.env), config.env_config, config.env)  # stored with its defaults
     given = semantic_view(public_config(config.model_copy(update={"env_config": settings.model_dump(mode="json")})))
     for key in sorted(set(stored) | set(given)):

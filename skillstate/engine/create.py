@@ -4,7 +4,6 @@ after a step. A run row never exists without its first event."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -19,6 +18,8 @@ from skillstate.envs.registry import env_settings, resolve_env
 from skillstate.envs.tools import ToolEnv
 from skillstate.errors import ConfigError, DataError, UserError
 from skillstate.events import RunForked, RunStarted
+from skillstate.input_files import read_input_text
+from skillstate.lease import host_id, lease_ttl
 from skillstate.llm.base import FatalLLMError
 from skillstate.prompts import PROMPT_NAMES, resolve_prompts
 from skillstate.scheduler import steps_per_epoch
@@ -45,7 +46,11 @@ def _dataset(config: SkillConfig, env: type[SkillEnv],
     from skillstate.sim.world import bundled_skill, bundled_splits
 
     generated = bundled_splits()
-    splits = {name: generated[default] for name, default in zip(wanted, ("train", "val", "test"), strict=False)}
+    for key, name in zip(("train_split", "val_split", "test_split"), wanted, strict=True):
+        if name not in generated:
+            raise ConfigError(f"{key} {name!r}: the bundled sim world has no such split (its splits: "
+                              f"{', '.join(generated)}); pass --data DIR to use other split names")
+    splits = {name: generated[name] for name in wanted}
     return splits, bundled_skill()
 
 
@@ -54,16 +59,19 @@ def _imported_trajectories(path: str) -> str:
     from skillstate.bank.trajectories import load_trajectories
 
     try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
+        text = read_input_text(path)
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"cannot read trajectories {path}: {getattr(err, 'strerror', None) or err}") from None
-    return canonical_json([t.model_dump(mode="json") for t in load_trajectories(text)])
+    try:
+        return canonical_json([t.model_dump(mode="json") for t in load_trajectories(text)])
+    except RecursionError:
+        raise ConfigError(f"trajectories {path}: values nested too deeply to read") from None
 
 
 def _initial_skill(config: SkillConfig, default: str | None, env: SkillEnv) -> str:
     if config.initial_skill:
         try:
-            return Path(config.initial_skill).expanduser().read_text(encoding="utf-8")
+            return read_input_text(config.initial_skill)
         except (OSError, UnicodeDecodeError) as err:
             raise ConfigError(f"cannot read initial skill {config.initial_skill}: "
                               f"{getattr(err, 'strerror', None) or err}") from None
@@ -87,6 +95,7 @@ def preflight(config: SkillConfig, roles: tuple[str, ...] = ("target", "optimize
     so a bad key, a closed port or an unknown model leaves no run behind."""
     from skillstate.engine.executors import check_executor
 
+    lease_ttl(), host_id()  # the run's driver reads these first: a bad one must not leave a run behind
     check_executor(config, connect=probe)
     checked: set[tuple[Any, ...]] = set()
     for role in roles:
@@ -161,9 +170,11 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     spe = steps_per_epoch(len(splits[config.train_split]), config.batch_size, config.accumulation)
     if not eval_split:
         check_schedule(spe * config.num_epochs)
+    stored = public_config(config)
+    validate_config(stored)  # the config as the log will hold it must read back (a resume reads it so)
     preflight(config, roles_of("eval" if eval_split else "train"))  # last: it may call the endpoints
     event = RunStarted(
-        config=public_config(config), initial_skill=put(skill), dataset=dataset,
+        config=stored, initial_skill=put(skill), dataset=dataset,
         dataset_fingerprint=hash_value({k: v["hash"] for k, v in dataset.items()}),
         prompts={name: put(text) for name, text in prompts.items()},
         steps_per_epoch=0 if eval_split else spe, total_steps=0 if eval_split else spe * config.num_epochs,
@@ -224,6 +235,8 @@ def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, A
     if total < step:
         raise ConfigError(f"the fork's schedule has {total} steps, fewer than the fork step {step}")
     check_schedule(total)
+    stored = public_config(config)
+    validate_config(stored)  # the config as the log will hold it must read back
     run_id = run_id or new_run_id("fork")
     if store.get_run(run_id) is not None:
         raise UserError(f"run {run_id!r} already exists")
@@ -231,7 +244,7 @@ def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, A
     event = RunForked(parent_run_id=parent_run_id, fork_step=step, parent_event_count=count,
                       parent_event_hash=parent[count - 1].hash,
                       overrides={k: redact(v) if isinstance(v, str) else v for k, v in overrides.items()},
-                      config=public_config(config), prompts=prompts, steps_per_epoch=spe, total_steps=total)
+                      config=stored, prompts=prompts, steps_per_epoch=spe, total_steps=total)
     store.append(run_id, [event], last_seq=0, last_hash=parent[count - 1].hash, blobs_to_put=blobs,
                  new_run={"parent_run_id": parent_run_id, "fork_step": step})
     return run_id

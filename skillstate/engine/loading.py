@@ -10,7 +10,7 @@ from typing import cast
 
 from skillstate.blob_walk import blob_damage
 from skillstate.chain import check_chain
-from skillstate.config import SkillConfig, validate_config
+from skillstate.config import SkillConfig, stored_config
 from skillstate.errors import CorruptLogError, NotFoundError
 from skillstate.events import BaselineEvaluated, Event, GateDecided, RunForked
 from skillstate.reducer import RunState, fold
@@ -64,7 +64,7 @@ def state_of(stored: list[StoredEvent]) -> RunState:
 
 
 def config_of(state: RunState) -> SkillConfig:
-    return validate_config(dict(state.config))
+    return stored_config(dict(state.config))
 
 
 def roles_of(kind: str) -> tuple[str, ...]:

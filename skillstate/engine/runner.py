@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from skillstate.config import RUNTIME_KEYS, SkillConfig, redact, validate_config
+from skillstate.config import RUNTIME_KEYS, SkillConfig, redact, stored_config
 from skillstate.engine import ahead, bank, epoch, reflect, stages, update
 from skillstate.engine.context import ProgressCallback, RunContext, RunLog, StoreLog
 from skillstate.engine.create import (  # noqa: F401  (re-exported)
@@ -241,7 +241,7 @@ def with_runtime(stored: SkillConfig, runtime: SkillConfig) -> SkillConfig:
             data[role][name] = fresh[role][name]
         else:
             data[key] = fresh[key]
-    return validate_config(data)
+    return stored_config(data)
 
 
 def continue_run(store: Store, run_id: str, *, runtime: SkillConfig | None = None,

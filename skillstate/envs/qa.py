@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from skillstate.envs.base import Complete, RolloutOutcome, SkillEnv
 from skillstate.errors import DataError
+from skillstate.input_files import read_input_text
 from skillstate.prompts import render
 
 DEFAULT_SKILL = """# Question answering
@@ -83,7 +84,7 @@ def score_answer(prediction: str, answers: list[str]) -> tuple[float, float, str
 
 def _read_items(path: Path, model: type[BaseModel]) -> list[dict[str, Any]]:
     try:
-        text = path.read_text(encoding="utf-8-sig")  # a BOM at the start is fine
+        text = read_input_text(path, encoding="utf-8-sig")  # a BOM at the start is fine
     except (OSError, UnicodeDecodeError) as err:
         raise DataError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
     items, seen = [], set()
@@ -109,6 +110,13 @@ def _read_items(path: Path, model: type[BaseModel]) -> list[dict[str, Any]]:
 def _parse_json(path: Path, text: str) -> list[tuple[int, Any]]:
     """(number, value) of each item: a JSON array (numbered by position) or
     JSONL, one value per line (numbered by line)."""
+    try:
+        return _parse_json_values(path, text)
+    except RecursionError:
+        raise DataError(f"{path}: values nested too deeply to read") from None
+
+
+def _parse_json_values(path: Path, text: str) -> list[tuple[int, Any]]:
     not_array = DataError(f"{path}: holds a single JSON object; expected a JSON array of items [{{...}}, ...] "
                           "or one JSON object per line (JSONL)")
     if text.lstrip().startswith("["):

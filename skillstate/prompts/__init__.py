@@ -48,11 +48,16 @@ def is_prompt_file(value: str) -> bool:
 
 def _read_override(name: str, value: str) -> str:
     if is_prompt_file(value):
+        from skillstate.input_files import read_input_text
+
         path = Path(value.strip()).expanduser()
         try:
-            return path.read_text(encoding="utf-8")
-        except OSError as err:
-            raise ConfigError(f"prompt {name}: cannot read {path}: {err.strerror or err}") from None
+            text = read_input_text(path)
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"prompt {name}: cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
+        if not text.strip():
+            raise ConfigError(f"prompt {name}: {path} is empty; remove the override to use the built-in prompt")
+        return text
     return value
 
 
