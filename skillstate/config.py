@@ -67,6 +67,10 @@ class ModelConfig(Section):
 
 class TargetModelConfig(ModelConfig):
     max_tokens: int = Field(512, ge=1, description="Completion token limit per call.")
+    check_tools: bool = Field(
+        True, description="For an environment whose target calls tools: before the run, ask the endpoint to call "
+                          "a test tool, and refuse one that cannot. false runs anyway (the summary then says how "
+                          "many tool calls the target made).")
 
 
 class OptimizerModelConfig(ModelConfig):
@@ -333,7 +337,7 @@ RUNTIME_KEYS = {
     "optimizer.base_url", "optimizer.api_key_env", "optimizer.timeout", "optimizer.max_retries",
     "optimizer.azure", "optimizer.api_version",
     "target.base_url", "target.api_key_env", "target.timeout", "target.max_retries",
-    "target.azure", "target.api_version",
+    "target.azure", "target.api_version", "target.check_tools",
 }
 
 

@@ -141,6 +141,19 @@ def test_a_tool_env_against_a_server_without_tool_calling_is_refused_before_the_
     assert all(probe(body) for n, _, body in rule.seen if is_chat(n) and body.get("tools"))  # only the check's
 
 
+def test_a_model_that_would_not_call_the_test_tool_runs_when_the_check_is_turned_off(sim, tmp_path):
+    """The refusal names target.check_tools=false; with it the run goes ahead and its summary says that no
+    tool was called (a model that can call tools may still ignore one test request)."""
+    sim.fault = Rule(lambda n, path, body: Fault(200, chat_body("pong")) if is_chat(n) and body.get("tools")
+                     else None)
+    db = db_url(tmp_path)
+    refused = invoke(sql_args(sim.base_url, db))
+    assert refused.exit_code == 2 and "set target.check_tools=false to run anyway" in error_line(refused)
+    res = invoke(sql_args(sim.base_url, db, "--set", "target.check_tools=false"))
+    assert res.exit_code == 0, res.output
+    assert "warning: no tool was called in" in " ".join(res.output.split())
+
+
 def test_calls_that_failed_in_the_stage_a_run_stopped_in_are_called_failed_not_unused(sim, tmp_path):
     sim.fault = Rule(lambda n, path, body: Fault(500, error_body("boom", "server_error"))
                      if is_chat(n) and model_of(body) == TARGET and n > 12 else None)

@@ -105,7 +105,8 @@ def check_tools(backend: OpenAIBackend, model: str, env: str) -> None:
         return
     said = " ".join(reply.text.split())[:80]
     how = "wrote a tool call as text" if looks_like_tool_call(reply.text) else "answered without calling it"
-    raise FatalLLMError(f"{what} (asked to call a tool, the model {how}: {said!r}); {need}")
+    raise FatalLLMError(f"{what} (asked to call a tool, the model {how}: {said!r}); {need}; or, if the model "
+                        f"can call tools but did not this time, set target.check_tools=false to run anyway")
 
 
 def quick(backend: OpenAIBackend) -> OpenAIBackend:
