@@ -111,7 +111,8 @@ def preflight(config: SkillConfig, roles: tuple[str, ...] = ("target", "optimize
             checked.add(key)
             try:
                 backend.check(model)
-                if role == "target" and config.target.check_tools and uses_tools(config.env):  # a run whose every call would fail
+                # A run whose every call would fail, or whose tools would never run:
+                if role == "target" and config.target.check_tools and uses_tools(config.env):
                     from skillstate.llm.endpoint_check import check_tools
 
                     check_tools(backend, model, config.env)
