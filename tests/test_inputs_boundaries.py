@@ -1,0 +1,176 @@
+"""Issue 20, section 5: what crosses a boundary into skillstate is checked
+there. An environment's scores and types, an environment that cannot be
+built, someone else's SQLite file, a corrupted one, a PostgreSQL port that
+never answers, a dashboard port in use, Ctrl-C during an evaluation: each is
+one line on stderr with its own exit code, no traceback, and nothing
+half-written (no unreadable event, no changed foreign file, no run left
+behind)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import EXAMPLES
+
+from skillstate.cli.main import cli
+
+QA = ["--data", str(EXAMPLES / "qa")]
+FAST = ["--epochs", "1", "--batch-size", "12", "-q", *QA]
+
+
+def invoke(*args, env=None):
+    return CliRunner().invoke(cli, [str(a) for a in args], env=env)
+
+
+def one_line(res, code: int, match: str) -> str:
+    """The command failed with `code`, printing one line that holds `match` and no traceback."""
+    assert res.exit_code == code, res.output
+    assert "Traceback" not in res.output, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), res.output
+    assert match in lines[0], lines[0]
+    return lines[0]
+
+
+def run_ids(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchall():
+            return []
+        return [r[0] for r in conn.execute("SELECT run_id FROM runs ORDER BY run_id")]
+    finally:
+        conn.close()
+
+
+def event_types(path: Path, run_id: str) -> list[str]:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        return [r[0] for r in conn.execute("SELECT type FROM events WHERE run_id = ? ORDER BY seq", (run_id,))]
+
+
+# 1. What an environment returns -------------------------------------------------------------------------------
+
+BAD_ENVS = '''
+from skillstate.envs import QAEnv
+from skillstate.envs.episode import Turn
+from rooms_env import RoomsEnv
+
+
+def scoring(hard, soft):
+    class Env(QAEnv):
+        def score(self, prediction, item):
+            return hard, soft, ""
+    return Env
+
+
+NanSoft = scoring(0.0, float("nan"))
+InfHard = scoring(float("inf"), 0.0)
+Above = scoring(1.5, 0.5)
+Below = scoring(0.0, -0.5)
+TextHard = scoring("1", 0.5)
+NoSoft = scoring(0.0, None)
+ListSoft = scoring(0.0, [0.5])
+
+
+class NotAnOutcome(QAEnv):
+    def rollout(self, skill, item, complete, prompts):
+        return {"hard": 1.0, "soft": 1.0}
+
+
+class NanInTrajectory(QAEnv):
+    def rollout(self, skill, item, complete, prompts):
+        out = super().rollout(skill, item, complete, prompts)
+        import dataclasses
+        return dataclasses.replace(out, trajectory={"turns": [{"score": float("nan")}]})
+
+
+class NanTurnScore(RoomsEnv):
+    def open(self, item, seed):
+        session = super().open(item, seed)
+        step = session.step
+        session.step = lambda action: Turn(step(action).action, "You look around.", score=float("nan"))
+        return session
+
+
+class Unbuildable(QAEnv):
+    def __init__(self, splits, config=None):
+        raise RuntimeError("the world server is not running on port 7000")
+'''
+
+
+@pytest.fixture
+def bad_envs(tmp_path, monkeypatch):
+    folder = tmp_path / "envs"
+    folder.mkdir()
+    (folder / "bad_envs.py").write_text(BAD_ENVS)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.syspath_prepend(str(EXAMPLES / "custom_episode"))
+    yield "python:bad_envs:"
+    sys.modules.pop("bad_envs", None)
+    sys.modules.pop("rooms_env", None)
+
+
+@pytest.mark.parametrize("name, words", [
+    ("NanSoft", "item 'val-001': soft is nan, not a finite number"),
+    ("InfHard", "item 'val-001': hard is inf, not a finite number"),
+    ("Above", "hard is 1.5, outside [0, 1]"),
+    ("Below", "soft is -0.5, outside [0, 1]"),
+    ("TextHard", "hard is '1' (str), not a number"),
+    ("NoSoft", "soft is None (NoneType), not a number"),
+    ("ListSoft", "soft is [0.5] (list), not a number"),
+    ("NotAnOutcome", "the outcome is dict, not a RolloutOutcome"),
+    ("NanInTrajectory", "trajectory.turns[0].score is nan, which JSON cannot hold"),
+])
+def test_1_a_bad_score_or_type_from_an_environment_stops_the_run_before_it_is_written(bad_envs, tmp_path, name,
+                                                                                       words):
+    path = tmp_path / "s.db"
+    db = f"sqlite:///{path}"
+    line = one_line(invoke("run", "--env", bad_envs + name, "--run-id", "r", *FAST, "--db", db), 1, words)
+    assert f"env '{bad_envs}{name}' returned a bad rollout for item" in line and "skillstate resume r" in line
+    assert event_types(path, "r") == ["RunStarted"]  # nothing of the bad rollout was appended
+    for cmd in (["runs"], ["audit", "r"], ["show", "r"]):
+        assert invoke(*cmd, "--db", db).exit_code == 0, cmd
+
+
+def test_1_a_nan_turn_score_in_an_episode_is_refused(bad_envs, tmp_path):
+    path = tmp_path / "e.db"
+    db = f"sqlite:///{path}"
+    line = one_line(invoke("run", "--env", bad_envs + "NanTurnScore", "--run-id", "e", "--epochs", "1",
+                           "--batch-size", "4", "-q", "--db", db), 1, "turn 1: Turn.score is nan")
+    assert f"env '{bad_envs}NanTurnScore' failed on item" in line
+    assert event_types(path, "e") == ["RunStarted"]
+    assert invoke("runs", "--db", db).exit_code == 0
+
+
+def test_1_the_event_encoder_never_writes_a_number_it_cannot_read_back(store):
+    from skillstate.event_codec import UnencodableEventError, encode
+    from skillstate.events import GateDecided
+    from skillstate.store import GENESIS
+
+    bad = GateDecided(step=1, decision="accept", candidate_score=math.nan, current_score=0.5, best_score=0.5)
+    with pytest.raises(UnencodableEventError, match=r"GateDecided: candidate_score is nan"):
+        encode(bad)
+    with pytest.raises(UnencodableEventError):
+        store.append("nan-run", [bad], last_seq=0, last_hash=GENESIS, new_run={})
+    assert store.get_run("nan-run") is None and store.read_events("nan-run") == []
+    good = encode(GateDecided(step=1, decision="accept", candidate_score=0.75, current_score=0.5, best_score=0.5))
+    assert json.loads(json.dumps(good, allow_nan=False)) == good
+
+
+# 2. An environment that cannot be built -----------------------------------------------------------------------
+
+
+def test_2_an_environment_whose_constructor_raises_is_one_line_and_no_run(bad_envs, tmp_path):
+    path = tmp_path / "u.db"
+    for cmd in (["run", *FAST], ["eval", "--skill", "README.md", *QA, "-q"]):
+        one_line(invoke(*cmd, "--env", bad_envs + "Unbuildable", "--db", f"sqlite:///{path}"), 2,
+                 "bad_envs.Unbuildable() failed: RuntimeError: the world server is not running on port 7000")
+        assert run_ids(path) == []
