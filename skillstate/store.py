@@ -28,7 +28,7 @@ from skillstate.call_journal import CallJournal, utc_now
 from skillstate.errors import ConcurrencyError, NotFoundError, UserError
 from skillstate.event_codec import decode, encode
 from skillstate.events import Event
-from skillstate.migrate import may_switch_to_wal, raise_if_damaged, require_database_file, switch_to_wal
+from skillstate.migrate import raise_if_damaged, require_database_file
 from skillstate.schema import blobs, events, llm_calls, metadata, run_leases, runs  # noqa: F401  (re-exported)
 from skillstate.util import DEFAULT_DB, canonical_json, check_run_id, sha256_text
 
@@ -127,9 +127,7 @@ def make_engine(url: str, *, create: bool = True) -> Engine:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA busy_timeout=30000")
             cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("PRAGMA foreign_keys=ON")
-            if may_switch_to_wal(cur):
-                switch_to_wal(cur.execute)
+            cur.execute("PRAGMA foreign_keys=ON")  # (these three change the connection, never the file)
             cur.close()
 
         @event.listens_for(engine, "handle_error")
@@ -168,9 +166,10 @@ class Store(CallJournal):
         self._blob_cache_lock = threading.Lock()
         self.audit_key = audit_key()
         if upgrade:
-            from skillstate.migrate import ensure_schema
+            from skillstate.migrate import ensure_schema, ensure_wal
 
             ensure_schema(self.engine)
+            ensure_wal(self.engine)
 
     @property
     def display_url(self) -> str:
@@ -360,7 +359,14 @@ def open_store(url: str | None = None, *, create: bool = True, write: bool | Non
     (reading, continuing a run) it is refused and nothing is created. With `write` (default: `create`)
     a read-only database is refused. Someone else's database, a damaged schema or a file that is not
     a database is refused either way (a UserError naming it), and left untouched."""
-    from skillstate.migrate import DatabaseProblem, check_writable, db_reason, ensure_schema
+    from skillstate.migrate import (
+        DatabaseProblem,
+        check_file_intact,
+        check_writable,
+        db_reason,
+        ensure_schema,
+        ensure_wal,
+    )
 
     store = Store(url or os.environ.get("SKILLSTATE_DB") or DEFAULT_DB, upgrade=False)  # no connection yet
     try:
@@ -369,6 +375,8 @@ def open_store(url: str | None = None, *, create: bool = True, write: bool | Non
         ensure_schema(store.engine, create=create)
         if create if write is None else write:
             check_writable(store.engine)
+            check_file_intact(store.engine)  # nothing is written into a corrupted file
+            ensure_wal(store.engine)
     except BaseException as err:
         store.close()
         if isinstance(err, SQLAlchemyError):

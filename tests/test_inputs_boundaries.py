@@ -174,3 +174,110 @@ def test_2_an_environment_whose_constructor_raises_is_one_line_and_no_run(bad_en
         one_line(invoke(*cmd, "--env", bad_envs + "Unbuildable", "--db", f"sqlite:///{path}"), 2,
                  "bad_envs.Unbuildable() failed: RuntimeError: the world server is not running on port 7000")
         assert run_ids(path) == []
+
+
+# 3. Reading never changes a file, and someone else's file is named as theirs ----------------------------------
+
+READ_COMMANDS = (["runs"], ["audit"], ["show"], ["db", "check"], ["dashboard", "--port", "0"])
+
+
+def snapshot(path: Path) -> tuple:
+    """Everything a reader could change: the bytes, the mtime, the journal mode, the files beside it."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    beside = sorted(p.name for p in path.parent.iterdir() if p.name.startswith(path.name))
+    return path.read_bytes(), path.stat().st_mtime_ns, mode, beside
+
+
+def rollback_journal_copy(src: Path, dst: Path) -> Path:
+    """A consistent copy of a database (the backup API), in rollback-journal mode, all in its one file."""
+    a, b = sqlite3.connect(src), sqlite3.connect(dst)
+    try:
+        a.backup(b)
+        b.execute("PRAGMA journal_mode=DELETE")
+    finally:
+        a.close()
+        b.close()
+    return dst
+
+
+def lookalike(path: Path, *, alembic: bool) -> Path:
+    """Another program's file with a table named like one of skillstate's (and, with `alembic`, its own
+    alembic_version table at a revision skillstate does not know)."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, started TEXT)")
+        conn.execute("INSERT INTO runs VALUES (1, 'monday')")
+        if alembic:
+            conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+            conn.execute("INSERT INTO alembic_version VALUES ('3f9c2a7b1d04')")
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize("alembic", [False, True], ids=["runs-table", "runs-table-and-own-alembic"])
+def test_3_someone_elses_file_with_a_lookalike_table_is_named_foreign_and_left_as_it_was(tmp_path, alembic):
+    path = lookalike(tmp_path / "other.db", alembic=alembic)
+    before = snapshot(path)
+    for cmd in (*READ_COMMANDS, ["run", *FAST], ["db", "upgrade"]):
+        line = one_line(invoke(*cmd, "--db", f"sqlite:///{path}"), 2, "is not a skillstate database")
+        assert "runs only shares a name with skillstate's" in line and "restore" not in line, line
+        assert snapshot(path) == before, cmd  # not switched to WAL, not written, no -wal/-shm file
+
+
+def test_3_reading_a_skillstate_database_changes_nothing(tmp_path):
+    from starlette.testclient import TestClient
+
+    from skillstate.dashboard.app import create_app
+    from skillstate.dashboard.store_view import open_read_only
+
+    written = tmp_path / "written.db"
+    assert invoke("run", "--run-id", "r", *FAST, "--db", f"sqlite:///{written}").exit_code == 0
+    path = rollback_journal_copy(written, tmp_path / "ours.db")  # a skillstate file not in WAL mode
+    db = f"sqlite:///{path}"
+    before = snapshot(path)
+    assert before[2] == "delete"
+    for cmd in (["runs"], ["audit", "r"], ["show", "r"], ["db", "check"], ["log", "r"]):
+        assert invoke(*cmd, "--db", db).exit_code == 0, cmd
+        assert snapshot(path) == before, cmd
+    store = open_read_only(db)
+    with TestClient(create_app(store)) as client:
+        assert client.get("/").status_code == 200
+    store.close()
+    assert snapshot(path) == before
+    assert invoke("run", "--run-id", "r2", *FAST, "--db", db).exit_code == 0  # writing puts it in WAL mode
+    assert snapshot(path)[2] == "wal"
+
+
+# 4. Nothing is written into a corrupted file --------------------------------------------------------------------
+
+
+def corrupt_a_middle_page(path: Path) -> str:
+    """Damage one table page in the middle of `path` (a database all in its one file) the way a bad disk
+    does, leaving the file readable: the count of fragmented bytes in the page's header. `PRAGMA
+    quick_check` (and `db check`) finds it; nothing else is changed."""
+    with sqlite3.connect(path) as conn:
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    data = bytearray(path.read_bytes())
+    pages = len(data) // size
+    page = next(p for p in range(pages // 2, pages) if data[p * size] == 13)  # a leaf page of a table
+    data[page * size + 7] = (data[page * size + 7] + 37) % 256
+    path.write_bytes(bytes(data))
+    return f"on page {page + 1}"
+
+
+def test_4_run_refuses_a_file_corrupted_in_the_middle_before_writing(tmp_path):
+    written = tmp_path / "written.db"
+    for n in range(3):
+        assert invoke("run", "--run-id", f"r{n}", *FAST, "--db", f"sqlite:///{written}").exit_code == 0
+    path = rollback_journal_copy(written, tmp_path / "c.db")
+    db = f"sqlite:///{path}"
+    where = corrupt_a_middle_page(path)
+    one_line(invoke("db", "check", "--db", db), 2, where)  # what db check finds
+    before = path.read_bytes()
+    for cmd in (["run", "--run-id", "new", *FAST], ["resume", "r0"], ["fork", "r0", "0", "--run-id", "f"],
+                ["eval", "--skill", "README.md", *QA, "-q", "--run-id", "e"]):
+        line = one_line(invoke(*cmd, "--db", db), 2, f"the database file of {db} is damaged: Fragmentation")
+        assert where in line and "nothing was written" in line
+        assert path.read_bytes() == before, cmd
+    assert run_ids(path) == ["r0", "r1", "r2"]
