@@ -326,4 +326,8 @@ def db_reason(err: SQLAlchemyError) -> str:
     """The first line of the driver's message, credentials masked."""
     from skillstate.config import redact
 
-    return redact(str(getattr(err, "orig", None) or err).strip().splitlines()[0])
+    reason = redact(str(getattr(err, "orig", None) or err).strip().splitlines()[0])
+    if "timeout expired" in reason:  # a server that takes the connection and never answers
+        reason += (" (no answer within the connect timeout: set ?connect_timeout=SECONDS in the URL or "
+                   "$SKILLSTATE_DB_CONNECT_TIMEOUT to wait longer)")
+    return reason

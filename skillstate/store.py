@@ -136,9 +136,33 @@ def make_engine(url: str, *, create: bool = True) -> Engine:
 
         return engine
     try:
-        return create_engine(parsed, pool_pre_ping=True)
+        return create_engine(parsed, pool_pre_ping=True, connect_args=_connect_timeout(parsed))
     except Exception as err:  # missing driver, bad options
         raise UserError(f"cannot use database {parsed.render_as_string(hide_password=True)}: {err}") from None
+
+
+# A PostgreSQL server that accepts the connection and never answers is given up on after this many
+# seconds: the URL's own `?connect_timeout=N` first, then $SKILLSTATE_DB_CONNECT_TIMEOUT, then 10.
+CONNECT_TIMEOUT_ENV = "SKILLSTATE_DB_CONNECT_TIMEOUT"
+DEFAULT_CONNECT_TIMEOUT = 10
+
+
+def _connect_timeout(parsed: Any) -> dict[str, Any]:
+    """The connect arguments that bound a libpq connection attempt (psycopg, psycopg2)."""
+    if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() not in ("psycopg", "psycopg2"):
+        return {}
+    if "connect_timeout" in parsed.query:
+        return {}
+    raw = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return {"connect_timeout": DEFAULT_CONNECT_TIMEOUT}
+    try:
+        seconds = int(raw)
+    except ValueError:
+        seconds = 0
+    if not 1 <= seconds <= 3600:
+        raise UserError(f"${CONNECT_TIMEOUT_ENV} must be a whole number of seconds from 1 to 3600, got {raw[:40]!r}")
+    return {"connect_timeout": seconds}
 
 
 AUDIT_KEY_ENV = "SKILLSTATE_AUDIT_KEY"

@@ -100,6 +100,13 @@ class NanTurnScore(RoomsEnv):
         return session
 
 
+class Slow(QAEnv):
+    def rollout(self, skill, item, complete, prompts):
+        import time
+        time.sleep(1.0)
+        return super().rollout(skill, item, complete, prompts)
+
+
 class Unbuildable(QAEnv):
     def __init__(self, splits, config=None):
         raise RuntimeError("the world server is not running on port 7000")
@@ -281,3 +288,110 @@ def test_4_run_refuses_a_file_corrupted_in_the_middle_before_writing(tmp_path):
         assert where in line and "nothing was written" in line
         assert path.read_bytes() == before, cmd
     assert run_ids(path) == ["r0", "r1", "r2"]
+
+
+# 5. A PostgreSQL port that takes the connection and never answers ------------------------------------------------
+
+
+@pytest.fixture
+def silent_port():
+    """A server on 127.0.0.1 that accepts every connection and never says a word."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+@pytest.mark.parametrize("how", ["env", "url"])
+def test_5_a_postgresql_port_that_never_answers_is_refused_after_the_connect_timeout(silent_port, how):
+    """In a process of its own, so that a hang fails the test instead of holding it."""
+    import os
+    import subprocess
+
+    pytest.importorskip("psycopg")
+    url = f"postgresql+psycopg://someone@127.0.0.1:{silent_port}/team"
+    env = {**os.environ, "SKILLSTATE_DB_CONNECT_TIMEOUT": "2"}
+    if how == "url":
+        url += "?connect_timeout=2"
+        env.pop("SKILLSTATE_DB_CONNECT_TIMEOUT")
+    for cmd in (["runs"], ["run", *FAST]) if how == "env" else (["runs"],):
+        proc = subprocess.run([sys.executable, "-c", "from skillstate.cli.main import cli; cli()", *cmd, "--db", url],
+                              capture_output=True, text=True, timeout=60, env=env)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and proc.stdout == "", (proc.stdout, proc.stderr)
+        assert "connection timeout expired (no answer within the connect timeout" in lines[0], lines[0]
+
+
+def test_5_the_connect_timeout_setting_is_checked():
+    one_line(invoke("runs", "--db", "postgresql+psycopg://someone@127.0.0.1:1/team",
+                    env={"SKILLSTATE_DB_CONNECT_TIMEOUT": "soon"}), 2,
+             "$SKILLSTATE_DB_CONNECT_TIMEOUT must be a whole number of seconds from 1 to 3600, got 'soon'")
+
+
+# 6. The dashboard on a port in use ------------------------------------------------------------------------------
+
+
+def test_6_the_dashboard_on_a_port_in_use_is_one_line(tmp_path):
+    import socket
+
+    path = tmp_path / "d.db"
+    assert invoke("run", "--run-id", "r", *FAST, "--db", f"sqlite:///{path}").exit_code == 0
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        one_line(invoke("dashboard", "--port", port, "--db", f"sqlite:///{path}"), 2,
+                 f"cannot listen on 127.0.0.1:{port}: Address already in use (another program is listening there: "
+                 "pick another --port")
+    one_line(invoke("dashboard", "--host", "[no such address]", "--db", f"sqlite:///{path}"), 2, "cannot listen on")
+
+
+# 7. Ctrl-C during eval -------------------------------------------------------------------------------------------
+
+
+def test_7_ctrl_c_during_eval_exits_130_and_names_the_saved_evaluation_run(bad_envs, tmp_path):
+    """A real SIGINT to a real process, once its evaluation run exists."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    path = tmp_path / "ev.db"
+    db = f"sqlite:///{path}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-c", "from skillstate.cli.main import cli; cli()", "eval", "--env",
+                             bad_envs + "Slow", "--skill", "README.md", *QA, "--run-id", "ev", "-q", "--db", db],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while "ev" not in run_ids(path) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert proc.returncode == 130 and out == "" and len(lines) == 1, (proc.returncode, out, err)
+    assert lines[0] == ("Error: interrupted; the evaluation run ev is saved: finish it with: "
+                        f"skillstate resume ev --db {db}")
+    assert invoke("audit", "ev", "--db", db).exit_code == 0
+    finished = invoke("resume", "ev", "-q", "--db", db)
+    assert finished.exit_code == 0 and "eval run ev: evaluated" in finished.output, finished.output
