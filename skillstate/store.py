@@ -1,8 +1,9 @@
 """The SQL event store: runs, events and blobs, and (`skillstate.call_journal`) the LLM calls.
 
 SQLAlchemy 2 Core over the tables in `skillstate.schema` (created and
-upgraded only by the Alembic migrations in `skillstate.migrations`). SQLite is opened in WAL
-mode with a busy timeout; PostgreSQL works through any SQLAlchemy URL.
+upgraded only by the Alembic migrations in `skillstate.migrations`). SQLite is used with a busy
+timeout, in WAL mode once a writer opened it (reading never changes a file); PostgreSQL works
+through any SQLAlchemy URL, with a connect timeout.
 """
 
 from __future__ import annotations
