@@ -172,6 +172,37 @@ def test_1_the_event_encoder_never_writes_a_number_it_cannot_read_back(store):
     assert json.loads(json.dumps(good, allow_nan=False)) == good
 
 
+def test_1_a_log_damaged_before_this_check_hides_no_other_run_on_the_dashboard(tmp_path, monkeypatch):
+    """A log an older skillstate wrote with a NaN in it (the encoder of then, which let it through): the
+    dashboard lists that run as damaged and every other run as usual."""
+    from starlette.testclient import TestClient
+
+    from skillstate.dashboard.app import create_app
+    from skillstate.dashboard.store_view import open_read_only
+    from skillstate.events import GateDecided
+    from skillstate.store import Store
+
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    for run_id in ("fine", "nan"):
+        assert invoke("run", "--run-id", run_id, *FAST, "--db", db).exit_code == 0
+    writer = Store(db)
+    monkeypatch.setattr("skillstate.store.encode", lambda event: event.model_dump(mode="json"))  # the old one
+    last = writer.read_events("nan")[-1]
+    writer.append("nan", [GateDecided(step=1, decision="accept", candidate_score=math.nan, current_score=0.5,
+                                      best_score=0.5)], last_seq=last.seq, last_hash=last.hash)
+    writer.close()
+    store = open_read_only(db)
+    with TestClient(create_app(store), raise_server_exceptions=False) as client:
+        index = client.get("/")
+        assert index.status_code == 200 and 'data-run="fine"' in index.text and ">damaged<" in index.text
+        rows = {r["run_id"]: r for r in client.get("/api/runs").json()}
+        assert rows["fine"]["status"] == "completed" and rows["nan"]["status"] == "damaged"
+        assert rows["nan"]["damage"].startswith("run nan")
+        assert client.get("/runs/fine").status_code == 200
+        assert "Damaged log" in client.get("/runs/nan").text
+    store.close()
+
+
 # 2. An environment that cannot be built -----------------------------------------------------------------------
 
 
