@@ -382,8 +382,9 @@ def open_store(url: str | None = None, *, create: bool = True, write: bool | Non
     """Open the database at `url` (default $SKILLSTATE_DB, then sqlite:///skillstate.db), upgrading an
     older skillstate schema. With `create` a missing or empty database gets the schema; without it
     (reading, continuing a run) it is refused and nothing is created. With `write` (default: `create`)
-    a read-only database is refused. Someone else's database, a damaged schema or a file that is not
-    a database is refused either way (a UserError naming it), and left untouched."""
+    a read-only database, or a SQLite file whose pages are corrupted, is refused, and a SQLite file is
+    put in WAL mode; reading changes nothing. Someone else's database, a damaged schema or a file that
+    is not a database is refused either way (a UserError naming it), and left untouched."""
     from skillstate.migrate import (
         DatabaseProblem,
         check_file_intact,
