@@ -138,8 +138,8 @@ def unfit_for_json(value: Any, path: str = "") -> tuple[str, Any] | None:
         return None
     if isinstance(value, dict):
         for key, item in value.items():
-            if not isinstance(key, str):
-                return (f"{path}[{key!r}]" if path else repr(key)), key
+            if not (key is None or isinstance(key, (str, int)) or (isinstance(key, float) and math.isfinite(key))):
+                return (f"{path}[{key!r}]" if path else repr(key)), key  # (json writes these keys as strings)
             found = unfit_for_json(item, f"{path}.{key}" if path else key)
             if found:
                 return found
