@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import socket
+
 import click
 
 from skillstate.cli.app import CLIError, cli, existing_db_option
@@ -39,6 +42,11 @@ def dashboard(host, port, db) -> None:
     from skillstate.dashboard.store_view import open_read_only
 
     store = open_read_only(db)
+    try:
+        sock = listening_socket(host, port)
+    except BaseException:
+        store.close()
+        raise
     local = host in LOOPBACK
     if not local:
         click.echo(f"warning: listening on {host}: there is no authentication, and anyone who can reach this "
@@ -58,9 +66,27 @@ def dashboard(host, port, db) -> None:
             break
 
     async def main() -> None:
-        await asyncio.gather(server.serve(), announce())
+        await asyncio.gather(server.serve(sockets=[sock]), announce())
 
     try:
         asyncio.run(main())
     finally:
+        sock.close()
         store.close()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The socket the dashboard serves on, bound here (as uvicorn would bind it) so that a port in use or
+    an address this machine does not have is one line and exit 2, not uvicorn's traceback."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port left in TIME_WAIT, not one in use
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        shown = f"[{host}]" if ":" in host else host
+        hint = (" (another program is listening there: pick another --port, or --port 0 for any free one)"
+                if err.errno == errno.EADDRINUSE else "")
+        raise CLIError(f"cannot listen on {shown}:{port}: {err.strerror or err}{hint}") from None
+    return sock

@@ -6,7 +6,16 @@ from typing import Any
 
 import click
 
-from skillstate.cli.app import cli, db_option, echo_json, parse_sets, set_option
+from skillstate.cli.app import (
+    EXIT_INTERRUPTED,
+    Stopped,
+    cli,
+    db_option,
+    echo_json,
+    parse_sets,
+    resume_hint,
+    set_option,
+)
 from skillstate.cli.train import check_outputs, config_with_backend, json_events_option
 from skillstate.errors import UserError
 from skillstate.util import check_run_id
@@ -46,6 +55,7 @@ def evaluate(skill_file, split, data, env_name, backend, model, base_url, config
     """
     from skillstate.cli.live import JsonEvents, reporter
     from skillstate.cli.render import summary_text
+    from skillstate.engine.loading import new_run_id
     from skillstate.store import open_store
     from skillstate.trainer import evaluate_skill
 
@@ -62,8 +72,16 @@ def evaluate(skill_file, split, data, env_name, backend, model, base_url, config
     store = open_store(db)
     events = JsonEvents(store) if json_events else None
     progress = reporter(quiet=quiet, as_json=as_json, events=events)
-    with progress:
-        result = evaluate_skill(config, split, store=store, run_id=run_id, on_progress=progress)
+    run_id = run_id or new_run_id("eval")  # known here, so that Ctrl-C can name it
+    try:
+        with progress:
+            result = evaluate_skill(config, split, store=store, run_id=run_id, on_progress=progress)
+    except KeyboardInterrupt:
+        if store.get_run(run_id) is None:
+            raise Stopped("interrupted before the evaluation run was created; nothing was written",
+                          EXIT_INTERRUPTED) from None
+        raise Stopped(f"interrupted; the evaluation run {run_id} is saved: finish it with: {resume_hint(run_id)}",
+                      EXIT_INTERRUPTED) from None
     if events is not None:
         events.summary(result.run_id, result.summary)
     elif as_json:

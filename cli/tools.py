@@ -63,7 +63,7 @@ def sim_world_named(env_name: str | None, data: str | None, config_file: str | N
     directory; with a config file, the environment of that run config."""
     from skillstate.config import SkillConfig, validate_config
     from skillstate.config_sources import load_config_file
-    from skillstate.envs.registry import apply_settings, env_settings, resolve_env
+    from skillstate.envs.registry import apply_settings, construct_env, env_settings, resolve_env
     from skillstate.sim.backend import sim_world_for
     from skillstate.sim.world import SimWorld, bundled_splits
 
@@ -79,7 +79,7 @@ def sim_world_named(env_name: str | None, data: str | None, config_file: str | N
     splits = cls.load_splits(config.data, names) if config.data else cls.builtin_splits(settings, names)
     if splits is None:
         raise UserError(f"env {config.env!r} has no built-in tasks: pass --data DIR")
-    env = cls(splits, settings)
+    env = construct_env(cls, splits, settings, config.env)
     apply_settings(env, config)
     return sim_world_for(env)
 

@@ -6,10 +6,11 @@ Stored rows are never rewritten; an old version is upcast on read.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
-from skillstate.errors import CorruptLogError
+from skillstate.errors import CorruptLogError, InternalError
 from skillstate.events import (
     BankEvolved,
     BankSeeded,
@@ -128,5 +129,44 @@ def decode(type_name: str, version: int, payload: dict[str, Any]) -> Event:
     return cls.model_validate(payload)
 
 
+class UnencodableEventError(InternalError, ValueError):
+    """An event holding a value its stored JSON could not hold (NaN, an
+    infinity): refused before it is appended, so the log stays readable."""
+
+
+def unfit_for_json(value: Any, path: str = "") -> tuple[str, Any] | None:
+    """(where, what) of the first value in `value` that strict JSON cannot
+    hold: a non-finite number, or an object that is not a dict, list, str,
+    number, bool or None; None when there is none."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path or "value", value)
+    if value is None or isinstance(value, (str, bool, int)):
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not (key is None or isinstance(key, (str, int)) or (isinstance(key, float) and math.isfinite(key))):
+                return (f"{path}[{key!r}]" if path else repr(key)), key  # (json writes these keys as strings)
+            found = unfit_for_json(item, f"{path}.{key}" if path else key)
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = unfit_for_json(item, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    return (path or "value"), value
+
+
 def encode(event: Event) -> dict[str, Any]:
-    return event.model_dump(mode="json")
+    """The stored payload of `event`. A value strict JSON cannot hold (NaN,
+    an infinity) is refused here, so no event that cannot be read back is
+    ever appended."""
+    payload = event.model_dump(mode="json")
+    found = unfit_for_json(payload)
+    if found is not None:
+        where, value = found
+        raise UnencodableEventError(f"{event.type}: {where} is {value!r}, which the log cannot store "
+                                    "(numbers must be finite); nothing was appended")
+    return payload

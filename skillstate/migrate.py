@@ -101,22 +101,24 @@ def inspect_schema(engine: Engine) -> SchemaReport:
         listed = tuple(sorted(tables))
         if not tables:
             return SchemaReport(shown, "empty")
+        script = ScriptDirectory.from_config(alembic_config())
+        # Ours is a file with skillstate's version (a revision it knows) or its whole first schema; a table
+        # merely named like one of ours (another program's `runs`) makes it someone else's, not a damaged one.
         if VERSION_TABLE not in tables:
-            if not ours:
-                return SchemaReport(shown, "foreign", tables=listed, problem=_foreign(shown, listed))
+            if not _whole_first_schema(insp, tables, script):
+                return SchemaReport(shown, "foreign", tables=listed, problem=_foreign(shown, listed, ours))
             return SchemaReport(shown, "unversioned", tables=listed, problem=(
                 f"the skillstate schema in {shown} is damaged: it has skillstate tables ({', '.join(sorted(ours))}) "
                 f"but no {VERSION_TABLE} table, so its revision is unknown; restore it from a backup or "
                 "use another --db"))
         revision = MigrationContext.configure(conn).get_current_revision()
-        script = ScriptDirectory.from_config(alembic_config())
-        if revision is not None and not _known(script, revision):
-            if not ours:
-                return SchemaReport(shown, "foreign", revision, listed, _foreign(shown, listed))
-            return SchemaReport(shown, "newer", revision, listed,
-                                f"database schema revision {revision} of {shown} is newer than this skillstate; "
-                                "upgrade skillstate")
-        if revision is None:
+        if revision is None or not _known(script, revision):
+            if not _whole_first_schema(insp, tables, script):
+                return SchemaReport(shown, "foreign", revision, listed, _foreign(shown, listed, ours))
+            if revision is not None:
+                return SchemaReport(shown, "newer", revision, listed,
+                                    f"database schema revision {revision} of {shown} is newer than this "
+                                    "skillstate; upgrade skillstate")
             return SchemaReport(shown, "unversioned", None, listed,
                                 f"the skillstate schema in {shown} is damaged: its {VERSION_TABLE} table holds "
                                 "no revision; restore it from a backup or use another --db")
@@ -142,15 +144,31 @@ def _known(script: ScriptDirectory, revision: str) -> bool:
         return False
 
 
-def _foreign(shown: str, tables: tuple[str, ...]) -> str:
+def _whole_first_schema(insp: Any, tables: set[str], script: ScriptDirectory) -> bool:
+    """Whether the database has every table and column of skillstate's first revision."""
+    base = script.get_base()
+    if base is None:
+        return False
+    want_tables, want_columns = _expected(base, script)
+    if not want_tables <= tables:
+        return False
+    have = {f"{t}.{c['name']}" for t in want_tables for c in insp.get_columns(t)}
+    return want_columns <= have
+
+
+def _foreign(shown: str, tables: tuple[str, ...], lookalike: set[str] | None = None) -> str:
     names = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
-    return (f"{shown} is not a skillstate database (it has other tables: {names}); nothing was changed. "
+    alike = (f"; {' and '.join(sorted(lookalike))} only {'shares' if len(lookalike) == 1 else 'share'} a name "
+             "with skillstate's: the file has neither skillstate's version table nor its schema") if lookalike else ""
+    return (f"{shown} is not a skillstate database (it has other tables: {names}{alike}); nothing was changed. "
             "Use another --db")
 
 
 def file_problem(engine: Engine) -> str | None:
-    """SQLite's own integrity check of every page (slow on a big file, so
-    only `skillstate db check` runs it); None when the file is intact."""
+    """SQLite's own check of every page (`PRAGMA quick_check`: reads the
+    whole file, about 0.1 s per 100 MB; `skillstate db check` runs it, and so
+    does every open for writing, `check_file_intact`); None when the file is
+    intact."""
     if engine.dialect.name != "sqlite":
         return None
     with engine.connect() as conn:
@@ -158,7 +176,19 @@ def file_problem(engine: Engine) -> str | None:
     if result == ["ok"]:
         return None
     shown = engine.url.render_as_string(hide_password=True)
-    return f"the database file of {shown} is damaged: {'; '.join(str(r) for r in result)}"
+    found = [line.strip() for r in result for line in str(r).splitlines()
+             if line.strip() and not line.startswith("*** in database")]  # one line: SQLite's findings, joined
+    return f"the database file of {shown} is damaged: {'; '.join(found)[:500]}"
+
+
+def check_file_intact(engine: Engine) -> None:
+    """Refuse to write into a SQLite file whose pages are corrupted (what
+    `skillstate db check` finds): `file_problem`, run when a database is
+    opened for writing."""
+    problem = file_problem(engine)
+    if problem:
+        raise DatabaseProblem(f"{problem}; nothing was written (restore it from a backup, or copy the runs "
+                              "that still read with `skillstate db copy`)")
 
 
 def check_schema(engine: Engine, *, create: bool = True) -> SchemaReport:
@@ -256,17 +286,16 @@ def require_database_file(url: str) -> None:
         raise DatabaseProblem(f"no database at {path}: the file {what} (check --db or $SKILLSTATE_DB)")
 
 
-def may_switch_to_wal(cur: Any) -> bool:
-    """Whether to switch a SQLite file (a DB-API cursor on it) to WAL on
-    connect: only a skillstate database not in WAL mode yet. Someone else's
-    database keeps its journal mode (and gets no -wal file); an empty one is
-    switched when the schema is created, so reading it writes nothing."""
-    cur.execute("PRAGMA journal_mode")
-    if str(cur.fetchone()[0]).lower() == "wal":
-        return False
-    cur.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
-    names = {row[0] for row in cur.fetchall()}
-    return bool(names & (set(metadata.tables) | {VERSION_TABLE}))
+def ensure_wal(engine: Engine) -> None:
+    """Put a skillstate SQLite file that is not in WAL mode yet into it. Only
+    a process about to write calls this (after the schema check said the file
+    is ours): reading never changes a file's journal mode, and someone
+    else's file is never touched."""
+    if engine.dialect.name != "sqlite":
+        return
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        if str(conn.exec_driver_sql("PRAGMA journal_mode").scalar()).lower() != "wal":
+            switch_to_wal(conn.exec_driver_sql)
 
 
 def raise_if_damaged(engine: Engine, error: BaseException | None) -> None:
@@ -297,4 +326,8 @@ def db_reason(err: SQLAlchemyError) -> str:
     """The first line of the driver's message, credentials masked."""
     from skillstate.config import redact
 
-    return redact(str(getattr(err, "orig", None) or err).strip().splitlines()[0])
+    reason = redact(str(getattr(err, "orig", None) or err).strip().splitlines()[0])
+    if "timeout expired" in reason:  # a server that takes the connection and never answers
+        reason += (" (no answer within the connect timeout: set ?connect_timeout=SECONDS in the URL or "
+                   "$SKILLSTATE_DB_CONNECT_TIMEOUT to wait longer)")
+    return reason

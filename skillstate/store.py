@@ -1,8 +1,9 @@
 """The SQL event store: runs, events and blobs, and (`skillstate.call_journal`) the LLM calls.
 
 SQLAlchemy 2 Core over the tables in `skillstate.schema` (created and
-upgraded only by the Alembic migrations in `skillstate.migrations`). SQLite is opened in WAL
-mode with a busy timeout; PostgreSQL works through any SQLAlchemy URL.
+upgraded only by the Alembic migrations in `skillstate.migrations`). SQLite is used with a busy
+timeout, in WAL mode once a writer opened it (reading never changes a file); PostgreSQL works
+through any SQLAlchemy URL, with a connect timeout.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from skillstate.call_journal import CallJournal, utc_now
 from skillstate.errors import ConcurrencyError, CorruptLogError, NotFoundError, UserError
 from skillstate.event_codec import decode, encode
 from skillstate.events import Event
-from skillstate.migrate import may_switch_to_wal, raise_if_damaged, require_database_file, switch_to_wal
+from skillstate.migrate import raise_if_damaged, require_database_file
 from skillstate.schema import blobs, events, llm_calls, metadata, run_leases, runs  # noqa: F401  (re-exported)
 from skillstate.util import DEFAULT_DB, canonical_json, check_run_id, first_line, sha256_text
 
@@ -148,9 +149,7 @@ def make_engine(url: str, *, create: bool = True) -> Engine:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA busy_timeout=30000")
             cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("PRAGMA foreign_keys=ON")
-            if may_switch_to_wal(cur):
-                switch_to_wal(cur.execute)
+            cur.execute("PRAGMA foreign_keys=ON")  # (these three change the connection, never the file)
             cur.close()
 
         @event.listens_for(engine, "handle_error")
@@ -159,9 +158,33 @@ def make_engine(url: str, *, create: bool = True) -> Engine:
 
         return engine
     try:
-        return create_engine(parsed, pool_pre_ping=True)
+        return create_engine(parsed, pool_pre_ping=True, connect_args=_connect_timeout(parsed))
     except Exception as err:  # missing driver, bad options
         raise UserError(f"cannot use database {parsed.render_as_string(hide_password=True)}: {err}") from None
+
+
+# A PostgreSQL server that accepts the connection and never answers is given up on after this many
+# seconds: the URL's own `?connect_timeout=N` first, then $SKILLSTATE_DB_CONNECT_TIMEOUT, then 10.
+CONNECT_TIMEOUT_ENV = "SKILLSTATE_DB_CONNECT_TIMEOUT"
+DEFAULT_CONNECT_TIMEOUT = 10
+
+
+def _connect_timeout(parsed: Any) -> dict[str, Any]:
+    """The connect arguments that bound a libpq connection attempt (psycopg, psycopg2)."""
+    if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() not in ("psycopg", "psycopg2"):
+        return {}
+    if "connect_timeout" in parsed.query:
+        return {}
+    raw = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return {"connect_timeout": DEFAULT_CONNECT_TIMEOUT}
+    try:
+        seconds = int(raw)
+    except ValueError:
+        seconds = 0
+    if not 1 <= seconds <= 3600:
+        raise UserError(f"${CONNECT_TIMEOUT_ENV} must be a whole number of seconds from 1 to 3600, got {raw[:40]!r}")
+    return {"connect_timeout": seconds}
 
 
 AUDIT_KEY_ENV = "SKILLSTATE_AUDIT_KEY"
@@ -189,9 +212,10 @@ class Store(CallJournal):
         self._blob_cache_lock = threading.Lock()
         self.audit_key = audit_key()
         if upgrade:
-            from skillstate.migrate import ensure_schema
+            from skillstate.migrate import ensure_schema, ensure_wal
 
             ensure_schema(self.engine)
+            ensure_wal(self.engine)
 
     @property
     def display_url(self) -> str:
@@ -380,9 +404,17 @@ def open_store(url: str | None = None, *, create: bool = True, write: bool | Non
     """Open the database at `url` (default $SKILLSTATE_DB, then sqlite:///skillstate.db), upgrading an
     older skillstate schema. With `create` a missing or empty database gets the schema; without it
     (reading, continuing a run) it is refused and nothing is created. With `write` (default: `create`)
-    a read-only database is refused. Someone else's database, a damaged schema or a file that is not
-    a database is refused either way (a UserError naming it), and left untouched."""
-    from skillstate.migrate import DatabaseProblem, check_writable, db_reason, ensure_schema
+    a read-only database, or a SQLite file whose pages are corrupted, is refused, and a SQLite file is
+    put in WAL mode; reading changes nothing. Someone else's database, a damaged schema or a file that
+    is not a database is refused either way (a UserError naming it), and left untouched."""
+    from skillstate.migrate import (
+        DatabaseProblem,
+        check_file_intact,
+        check_writable,
+        db_reason,
+        ensure_schema,
+        ensure_wal,
+    )
 
     store = Store(url or os.environ.get("SKILLSTATE_DB") or DEFAULT_DB, upgrade=False)  # no connection yet
     try:
@@ -391,6 +423,8 @@ def open_store(url: str | None = None, *, create: bool = True, write: bool | Non
         ensure_schema(store.engine, create=create)
         if create if write is None else write:
             check_writable(store.engine)
+            check_file_intact(store.engine)  # nothing is written into a corrupted file
+            ensure_wal(store.engine)
     except BaseException as err:
         store.close()
         if isinstance(err, SQLAlchemyError):

@@ -11,7 +11,7 @@ from skillstate.bank.document import read_bank
 from skillstate.curves import run_curves
 from skillstate.dashboard.store_view import RunCache
 from skillstate.engine.loading import LoadedRun
-from skillstate.errors import NotFoundError
+from skillstate.errors import CorruptLogError, NotFoundError
 from skillstate.events import RunForked
 from skillstate.history import status_of
 from skillstate.pricing import sent_cost
@@ -57,8 +57,23 @@ def _row(cache: RunCache, loaded: LoadedRun) -> dict[str, Any]:
 
 
 def runs_page(cache: RunCache) -> list[dict[str, Any]]:
-    rows = [run_row(cache, r.run_id) for r in cache.store.list_runs()]
+    """Every run's line; a run whose log is damaged is listed as damaged (its own page says how), so one
+    bad log never hides the others."""
+    rows = []
+    for r in cache.store.list_runs():
+        try:
+            rows.append(run_row(cache, r.run_id))
+        except CorruptLogError as err:
+            rows.append(_damaged_row(r, str(err)))
     return sorted(rows, key=lambda r: r["started"] or "", reverse=True)
+
+
+def _damaged_row(r: Any, problem: str) -> dict[str, Any]:
+    return {"run_id": r.run_id, "kind": r.kind, "mode": None, "status": "damaged", "completed": False,
+            "damage": problem[:500], "parent_run_id": r.parent_run_id, "fork_step": r.fork_step, "steps": None,
+            "total_steps": None, "baseline_score": None, "best_score": None, "best_step": None, "test_score": None,
+            "paid_usd": None, "sent_calls": None,
+            "started": r.created_at.isoformat(timespec="seconds") if r.created_at else None, "version": None}
 
 
 # The steps table shows the latest steps of a long run; ?steps=all shows every one.

@@ -14,7 +14,7 @@ from skillstate.config_sources import merge_overrides
 from skillstate.engine.loading import checked_prefix, lineage_events, new_run_id, roles_of, state_of, step_boundary
 from skillstate.envs import QAEnv, SkillEnv
 from skillstate.envs.episode import EpisodeEnv
-from skillstate.envs.registry import env_settings, resolve_env
+from skillstate.envs.registry import construct_env, env_settings, resolve_env
 from skillstate.envs.tools import ToolEnv
 from skillstate.errors import ConfigError, DataError, UserError
 from skillstate.events import RunForked, RunStarted
@@ -153,10 +153,10 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     if config.mode == "bank":  # the bank is the run's skill: an empty one, or a bank file
         from skillstate.bank.document import EMPTY_BANK, bank_text, read_bank
 
-        skill = bank_text(read_bank(_initial_skill(config, None, env_cls(splits, settings))) if config.initial_skill
-                          else EMPTY_BANK)
+        env = construct_env(env_cls, splits, settings, config.env) if config.initial_skill else None
+        skill = bank_text(read_bank(_initial_skill(config, None, env)) if env is not None else EMPTY_BANK)
     else:
-        skill = _initial_skill(config, default_skill, env_cls(splits, settings))
+        skill = _initial_skill(config, default_skill, construct_env(env_cls, splits, settings, config.env))
     prompts = resolve_prompts(config.prompts)
     blobs: dict[str, str] = {}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from skillstate.envs.base import RolloutOutcome, SkillEnv
+from skillstate.envs.base import RolloutOutcome, SkillEnv, check_outcome
 from skillstate.errors import ConfigError, EnvFailure
 from skillstate.llm.base import CallResult
 from skillstate.util import first_line
@@ -45,8 +45,8 @@ class ThreadsExecutor:
 def run_rollout(env: SkillEnv, env_name: str, skill: str, item: dict[str, Any], prompts: dict[str, str],
                 target: TargetCall) -> RolloutOutcome:
     """One rollout, wherever it runs. An error raised by a target call (an
-    LLM stop) passes through; anything else the environment raises becomes
-    an EnvFailure naming the item."""
+    LLM stop) passes through; anything else the environment raises, or an
+    outcome `check_outcome` refuses, becomes an EnvFailure naming the item."""
     raised: list[BaseException] = []
 
     def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
@@ -57,12 +57,13 @@ def run_rollout(env: SkillEnv, env_name: str, skill: str, item: dict[str, Any], 
             raise
 
     try:
-        return env.rollout(skill, item, complete, prompts)
+        outcome = env.rollout(skill, item, complete, prompts)
     except Exception as err:
         if raised and err is raised[-1]:
             raise
         raise EnvFailure(f"env {env_name!r} failed on item {item['id']!r}: {type(err).__name__}: "
                          f"{first_line(err, '')}") from err
+    return check_outcome(outcome, env_name, item["id"])  # scores finite in [0, 1], the documented types
 
 
 def pool_size(concurrency: int, num_cpus: float, cluster_cpus: float) -> int:

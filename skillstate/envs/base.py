@@ -10,12 +10,15 @@ go in the config's `env_config` section, validated by `config_model`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
+from numbers import Real
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from skillstate.errors import EnvFailure
 from skillstate.llm.base import CallResult
 
 
@@ -43,6 +46,66 @@ class RolloutOutcome:
     trajectory: dict[str, Any] | None = None
     turns: int = 0
     seed: int | None = None
+
+
+def score_problem(value: Any) -> str | None:
+    """Why `value` is not a score (a finite number in [0, 1]); None when it is one."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return f"is {_shown(value)} ({type(value).__name__}), not a number"
+    number = float(value)
+    if not math.isfinite(number):
+        return f"is {number!r}, not a finite number"
+    if not 0.0 <= number <= 1.0:
+        return f"is {number!r}, outside [0, 1]"
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
+def check_outcome(outcome: Any, env_name: str, item_id: str) -> RolloutOutcome:
+    """What an environment's `rollout` returned, checked at the boundary
+    before anything of it is stored: a RolloutOutcome whose `hard` and `soft`
+    are finite numbers in [0, 1] (returned as floats), whose other fields
+    have their documented types, and whose conversation and trajectory hold
+    only what JSON can (no NaN). Anything else is an EnvFailure naming the
+    environment, the item and the field (the run stops, resumable once the
+    environment is fixed; nothing of the rollout is written)."""
+
+    def refuse(field_name: str, problem: str) -> EnvFailure:
+        return EnvFailure(f"env {env_name!r} returned a bad rollout for item {item_id!r}: {field_name} {problem}")
+
+    if not isinstance(outcome, RolloutOutcome):
+        raise refuse("the outcome", f"is {type(outcome).__name__}, not a RolloutOutcome")
+    for name in ("hard", "soft"):
+        problem = score_problem(getattr(outcome, name))
+        if problem:
+            raise refuse(name, problem)
+    for name in ("fail_reason", "prediction", "task_type"):
+        value = getattr(outcome, name)
+        if not isinstance(value, str):
+            raise refuse(name, f"is {type(value).__name__}, not a str")
+    for name, ok in (("turns", isinstance(outcome.turns, int) and not isinstance(outcome.turns, bool)
+                      and outcome.turns >= 0),
+                     ("seed", outcome.seed is None or (isinstance(outcome.seed, int)
+                                                       and not isinstance(outcome.seed, bool))),
+                     ("call", outcome.call is None or isinstance(outcome.call, CallResult)),
+                     ("calls", isinstance(outcome.calls, list) and all(isinstance(c, CallResult)
+                                                                        for c in outcome.calls)),
+                     ("messages", isinstance(outcome.messages, list) and all(isinstance(m, dict)
+                                                                              for m in outcome.messages)),
+                     ("trajectory", outcome.trajectory is None or isinstance(outcome.trajectory, dict))):
+        if not ok:
+            raise refuse(name, f"has the wrong type ({_shown(getattr(outcome, name))})")
+    from skillstate.event_codec import unfit_for_json
+
+    for name in ("messages", "trajectory"):
+        found = unfit_for_json(getattr(outcome, name), name)
+        if found is not None:
+            raise refuse(found[0], f"is {_shown(found[1])}, which JSON cannot hold")
+    return replace(outcome, hard=float(outcome.hard), soft=float(outcome.soft))
 
 
 class Item(BaseModel):

@@ -11,9 +11,10 @@ request in the call table (which holds the exact messages sent).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from skillstate.envs.base import Complete, RolloutOutcome
+from skillstate.envs.base import Complete, RolloutOutcome, score_problem
 from skillstate.envs.episode import EpisodeEnv, EpisodeSettings, Turn
 from skillstate.llm.base import CallResult
 from skillstate.prompts import render
@@ -32,6 +33,23 @@ def episode_prompt(template: str, goal: str, first: str, turns: list[dict[str, A
     return render(template, goal=goal.strip(), first_observation=clip(first, settings.max_observation_chars).strip(),
                   count=len(turns), actions=actions, recent_block=block,
                   observation=clip(observation, settings.max_observation_chars).strip()).strip() + "\n"
+
+
+def check_turn(n: int, turn: Any) -> None:
+    """A Turn as documented (score None or a finite number in [0, 1], a
+    finite reward, text observation), else a ValueError naming the turn and
+    the field (the rollout then fails as the environment's error)."""
+    if not isinstance(turn, Turn):
+        raise ValueError(f"Session.step returned {type(turn).__name__}, not a Turn (turn {n})")
+    problem = None if turn.score is None else score_problem(turn.score)
+    if problem:
+        raise ValueError(f"turn {n}: Turn.score {problem}")
+    reward = turn.reward
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+        raise ValueError(f"turn {n}: Turn.reward is {reward!r}, not a finite number")
+    for name in ("action", "observation"):
+        if not isinstance(getattr(turn, name), str):
+            raise ValueError(f"turn {n}: Turn.{name} is {type(getattr(turn, name)).__name__}, not a str")
 
 
 def _turn_record(n: int, turn: Turn, result: CallResult) -> dict[str, Any]:
@@ -59,6 +77,7 @@ def run_episode(env: EpisodeEnv, skill: str, item: dict[str, Any], complete: Com
             action = env.parse_action(result.text)
             turn = session.step(action) if action else Turn(
                 action="", observation="(no action: the reply held no action)", invalid=True)
+            check_turn(n, turn)
             turns.append(_turn_record(n, turn, result))
             observation = turn.observation
             if turn.score is not None:

@@ -85,10 +85,22 @@ def make_env(name: str, raw_config: dict[str, Any], splits: dict[str, list[dict[
     multi-turn environment its episode settings."""
     cls = resolve_env(name)
     cls.check_requirements()
-    env = cls(splits, env_settings(cls, raw_config, name))
+    env = construct_env(cls, splits, env_settings(cls, raw_config, name), name)
     if run_config is not None:
         apply_settings(env, run_config)
     return env
+
+
+def construct_env(cls: type[SkillEnv], splits: dict[str, list[dict[str, Any]]], settings: BaseModel,
+                  name: str) -> SkillEnv:
+    """`cls(splits, settings)`; a constructor that raises is one ConfigError naming the class and the error."""
+    try:
+        return cls(splits, settings)
+    except Exception as err:
+        from skillstate.util import first_line
+
+        raise ConfigError(f"env {name!r}: {cls.__module__}.{cls.__qualname__}() failed: {type(err).__name__}: "
+                          f"{first_line(err, '')[:300]}".rstrip(": ")) from None
 
 
 def apply_settings(env: SkillEnv, run_config: Any) -> None:
