@@ -146,7 +146,7 @@ def unfit_for_json(value: Any, path: str = "") -> tuple[str, Any] | None:
         for key, item in value.items():
             if not (key is None or isinstance(key, (str, int)) or (isinstance(key, float) and math.isfinite(key))):
                 return (f"{path}[{key!r}]" if path else repr(key)), key  # (json writes these keys as strings)
-            found = unfit_for_json(item, f"{path}.{key}" if path else key)
+            found = unfit_for_json(item, f"{path}.{key}" if path else str(key))
             if found:
                 return found
         return None
