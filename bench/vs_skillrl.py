@@ -162,6 +162,17 @@ SWEEP = [  # (header, value of one run, format)
     ("val-test gap", lambda r: r["val_best"] - r["test_best"], "{:+.3f}"),
     ("calls", lambda r: sum(r["calls"].values()), "{:.0f}"),
 ]
+ANATOMY = [("chars", "{:.0f}"), ("harmful", "{:.1f}"), ("repeats", "{:.1f}")]
+
+
+def anatomy(skill: str, world: SimWorld) -> dict[str, int]:
+    """What a best skill holds: its length, its lines that break another task type (the noisy world's traps, or
+    the sim's harmful rules), and the rules it states more than once (paraphrases)."""
+    lines = [ln.lower() for ln in skill.splitlines()]
+    traps = [t.key for t in world.cross_harms] + [h.key for h in world.harms]
+    keys = world.all_rule_keys()
+    return {"chars": len(skill), "harmful": sum(1 for ln in lines if any(k in ln for k in traps)),
+            "repeats": sum(max(0, sum(1 for ln in lines if k in ln) - 1) for k in keys)}
 
 
 def spread(values: list[float], fmt: str) -> str:
@@ -171,20 +182,30 @@ def spread(values: list[float], fmt: str) -> str:
             f"[{fmt.format(min(values))} to {fmt.format(max(values))}]")
 
 
+def aligned(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(c) for c in col) for col in zip(head, *rows, strict=True)]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            for row in [head, ["-" * w for w in widths], *rows]]
+
+
 def sweep_lines(results: list[dict[str, Any]]) -> list[str]:
-    """Per world and program, each measure's mean, spread and range over the seeds; then each seed's test
-    score side by side, and the goals of issue 21."""
-    head = ["world", "program", "seeds"] + [h for h, _, _ in SWEEP]
-    rows = []
-    worlds = [w for w in WORLDS if any(r["world"] == w for r in results)]
+    """Per world and program, each measure's mean, spread and range over the seeds, and what the best skills
+    hold; then each seed's scores side by side, and the goals of issue 21."""
+    rows, anatomy_rows = [], []
+    worlds = list(dict.fromkeys(r["world"] for r in results))
     for world in worlds:
         for program in PROGRAMS:
             runs = [r for r in results if r["world"] == world and r["program"] == program]
             rows.append([world, program, str(len({r["seed"] for r in runs}))]
                         + [spread([float(value(r)) for r in runs], fmt) for _, value, fmt in SWEEP])
-    widths = [max(len(c) for c in col) for col in zip(head, *rows, strict=True)]
-    out = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-           for row in [head, ["-" * w for w in widths], *rows]]
+            anatomy_rows.append([world, program] + [
+                f"{fmt.format(statistics.mean(r['anatomy'][k] for r in runs))} "
+                f"[{min(r['anatomy'][k] for r in runs)} to {max(r['anatomy'][k] for r in runs)}]"
+                for k, fmt in ANATOMY])
+    out = aligned(["world", "program", "seeds"] + [h for h, _, _ in SWEEP], rows)
+    out += ["", "the best skills: characters, lines that break another task type, rules stated more than once "
+            "(mean [min to max])"]
+    out += aligned(["world", "program", "chars", "harmful lines", "repeated rules"], anatomy_rows)
     out += ["", "test best per seed (skillstate / skillrl; val best in brackets)"]
     for world in worlds:
         by = {(r["program"], r["seed"]): r for r in results if r["world"] == world}
@@ -198,7 +219,7 @@ def sweep_lines(results: list[dict[str, Any]]) -> list[str]:
 
 def sweep_goals(results: list[dict[str, Any]]) -> list[str]:
     out = []
-    for world in (w for w in WORLDS if any(r["world"] == w for r in results)):
+    for world in dict.fromkeys(r["world"] for r in results):
         pairs = [(a, b) for a in results for b in results if a["world"] == b["world"] == world
                  and a["seed"] == b["seed"] and a["program"] == "skillstate" and b["program"] == "skillrl"]
         if not pairs:
@@ -263,6 +284,7 @@ def main() -> None:
     data, skill, items = prepare(work, sizes)
     schedule = {**SCHEDULE, "epochs": args.epochs}
     results = []
+    judge = SimWorld(items, WORLDS["noisy"])  # it knows every harmful rule, to read the best skills
     for world in worlds:
         for seed in seeds:
             spec = {"data": str(data), "skill": str(skill), "seed": seed, "schedule": schedule,
@@ -272,6 +294,7 @@ def main() -> None:
                     for program in PROGRAMS:
                         name = f"{world}-{seed}-{program}-{latency:g}s-{repeat + 1}"
                         result = run_once(program, latency, items, spec, work / name, world)
+                        result["anatomy"] = anatomy(result.get("best_skill", ""), judge)
                         print(f"# {world} world, seed {seed}: {program} at {latency:g} s, run {repeat + 1}: "
                               f"{result['wall_s']:.2f} s, {sum(result['calls'].values())} calls, test best "
                               f"{result['test_best']:.3f}", file=sys.stderr)
