@@ -238,6 +238,17 @@ def sweep_goals(results: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def noise_of(text: str) -> SimNoise:
+    """--noise: `moderate`, or KEY=VALUE pairs (every other knob off)."""
+    if text.strip() == "moderate":
+        return SimNoise(**MODERATE)
+    knobs = dict(parse_override(pair) for pair in text.split(",") if pair.strip())
+    try:
+        return SimNoise(**knobs)
+    except TypeError as err:
+        sys.exit(f"--noise: {err}")
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
@@ -261,6 +272,9 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="print the seed sweep's table even for one seed")
     parser.add_argument("--worlds", default=None, help="clean and/or noisy, comma-separated (default clean; the "
                                                        "sweep: noisy,clean)")
+    parser.add_argument("--noise", default="moderate", metavar="moderate|KEY=VALUE,...",
+                        help="the noisy world: the sim's moderate levels (default), or only the knobs given, e.g. "
+                             "rank_noise=1,answer_noise=0.7 (the keys of sim.*, without the sim.)")
     parser.add_argument("--epochs", type=int, default=SCHEDULE["epochs"],
                         help=f"both programs' epochs (default {SCHEDULE['epochs']})")
     parser.add_argument("--sizes", default=None, metavar="TRAIN,VAL,TEST",
@@ -277,6 +291,7 @@ def main() -> None:
         sys.exit(f"--worlds: unknown world {unknown[0]!r} (clean or noisy)")
     latencies = [float(x) for x in (args.latencies or ("0" if sweep else "0,0.2")).split(",") if x.strip()]
     repeats = args.repeats or (1 if args.smoke or sweep else 2)
+    WORLDS["noisy"] = noise_of(args.noise)
     sizes = SMOKE_SIZES if args.smoke else FULL_SIZES
     if args.sizes:
         sizes = dict(zip(("train", "val", "test"), (int(x) for x in args.sizes.split(",")), strict=True))
@@ -284,7 +299,7 @@ def main() -> None:
     data, skill, items = prepare(work, sizes)
     schedule = {**SCHEDULE, "epochs": args.epochs}
     results = []
-    judge = SimWorld(items, WORLDS["noisy"])  # it knows every harmful rule, to read the best skills
+    judge = SimWorld(items, SimNoise(**MODERATE))  # it knows every harmful rule, to read the best skills
     for world in worlds:
         for seed in seeds:
             spec = {"data": str(data), "skill": str(skill), "seed": seed, "schedule": schedule,
@@ -300,9 +315,10 @@ def main() -> None:
                               f"{result['test_best']:.3f}", file=sys.stderr)
                         results.append(result)
     extra = "".join(f", {o}" for o in args.overrides)
+    noisy = "" if "noisy" not in worlds or args.noise == "moderate" else f" ({args.noise})"
     print(f"skillstate vs skillrl 1.0.0: {len(items)} items, {args.epochs} epochs, batch 40, minibatch 8, budget "
           f"4->2 cosine, cap 8, seed{'s' if len(seeds) > 1 else ''} {','.join(map(str, seeds))}, "
-          f"{repeats} run(s) each, world{'s' if len(worlds) > 1 else ''} {','.join(worlds)}{extra}")
+          f"{repeats} run(s) each, world{'s' if len(worlds) > 1 else ''} {','.join(worlds)}{noisy}{extra}")
     if sweep:
         print("\n".join(sweep_lines(results)))
     else:

@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import random
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -211,3 +214,22 @@ def test_a_noisy_run_is_reproducible_replays_and_verifies_and_never_shares_calls
     proposed = [e["content"] for t, p in events if t == "PatchProposed" for e in json.loads(p).get("edits", [])]
     world = SimWorld(ITEMS, SimNoise(harmful_edits=0.25))
     assert any(trap.text in c for c in proposed for trap in world.cross_harms)
+
+
+@pytest.mark.slow
+def test_the_benchmarks_seed_sweep_reports_both_programs_in_both_worlds(tmp_path):
+    pytest.importorskip("skillrl", reason="the bench extra (skillrl==1.0.0) is not installed")
+    bench = Path(__file__).resolve().parent.parent / "bench" / "vs_skillrl.py"
+    out = tmp_path / "runs.json"
+    proc = subprocess.run([sys.executable, str(bench), "--smoke", "--seeds", "1,2", "--epochs", "1", "--json",
+                           str(out), "--work-dir", str(tmp_path / "work")], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    table = [row[:3] for row in rows if len(row) > 3 and row[0] in ("noisy", "clean") and row[2] == "2"]
+    assert table == [[w, p, "2"] for w in ("noisy", "clean") for p in ("skillstate", "skillrl")]
+    assert any(line.startswith("noisy: mean test lead over skillrl") for line in proc.stdout.splitlines())
+    runs = json.loads(out.read_text())
+    assert sorted({(r["world"], r["seed"], r["program"]) for r in runs}) == sorted(
+        (w, s, p) for w in ("noisy", "clean") for s in (1, 2) for p in ("skillstate", "skillrl"))
+    assert all(r["best_skill"] and r["anatomy"]["chars"] == len(r["best_skill"]) for r in runs)
