@@ -6,7 +6,8 @@ server, in its own process, for bench/vs_skillrl.py.
 SPEC names the server, the data directory, the initial skill file, a work
 directory and the schedule. The run's result is printed as one JSON object:
 wall time of the training call, baseline and best val and test scores,
-seconds per stage, and what the run itself reports of its calls.
+seconds per stage, what the run itself reports of its calls, and the best
+skill.
 
 Both programs import the `openai` package lazily, on their first client; it
 takes most of a second, the same for both, so it is imported before the
@@ -89,7 +90,7 @@ def run_skillstate(spec: dict[str, Any]) -> dict[str, Any]:
         "val_baseline": s["baseline_score"], "val_best": s["best_score"],
         "test_baseline": s["test"]["baseline"]["hard"], "test_best": s["test"]["best"]["hard"],
         "unused": unused_calls(s),
-        "sent": {role: u.get("sent", u["calls"]) for role, u in s["usage"].items()},
+        "sent": {role: u.get("sent", u["calls"]) for role, u in s["usage"].items()}, "best_skill": result.best_skill,
     }
 
 
@@ -143,6 +144,7 @@ def run_skillrl(spec: dict[str, Any]) -> dict[str, Any]:
         "accepts": s["total_accepts"], "rejects": s["total_rejects"], "skips": s["total_skips"],
         "val_baseline": baseline["hard"], "val_best": s["best_selection_score"],
         "test_baseline": s["baseline_test_hard"], "test_best": s["test_hard"], "unused": 0,
+        "best_skill": trainer.best_skill,
     }
 
 

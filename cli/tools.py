@@ -65,6 +65,7 @@ def sim_world_named(env_name: str | None, data: str | None, config_file: str | N
     from skillstate.config_sources import load_config_file
     from skillstate.envs.registry import apply_settings, construct_env, env_settings, resolve_env
     from skillstate.sim.backend import sim_world_for
+    from skillstate.sim.noise import SimNoise
     from skillstate.sim.world import SimWorld, bundled_splits
 
     config = validate_config(load_config_file(config_file)) if config_file is not None else SkillConfig()
@@ -72,7 +73,7 @@ def sim_world_named(env_name: str | None, data: str | None, config_file: str | N
     config = config.model_copy(update=overrides) if overrides else config
     names = [config.train_split, config.val_split, config.test_split]
     if config.env == "qa" and not config.data:
-        return SimWorld([i for items in bundled_splits().values() for i in items])
+        return SimWorld([i for items in bundled_splits().values() for i in items], SimNoise.of(config.sim))
     cls = resolve_env(config.env)
     cls.check_requirements()
     settings = env_settings(cls, config.env_config, config.env)
@@ -81,7 +82,7 @@ def sim_world_named(env_name: str | None, data: str | None, config_file: str | N
         raise UserError(f"env {config.env!r} has no built-in tasks: pass --data DIR")
     env = construct_env(cls, splits, settings, config.env)
     apply_settings(env, config)
-    return sim_world_for(env)
+    return sim_world_for(env, config.sim)
 
 
 @cli.group()

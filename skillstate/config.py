@@ -122,6 +122,43 @@ class BankConfig(Section):
                           "the baseline (snapshotted into the log).")
 
 
+class SimConfig(Section):
+    """The sim backend's noisy mode (question answering; see skillstate.sim.noise): every knob off by default."""
+
+    noise: Literal["off", "moderate"] = Field(
+        "off", description="moderate: every knob below not set explicitly takes its moderate level.")
+    answer_noise: float = Field(0.0, ge=0.0, le=1.0, description="Share of the target's answers drawn from the "
+                                "whole request (a one-word change of the skill draws again), not from the item alone.")
+    harmful_edits: float = Field(0.0, ge=0.0, le=1.0, description="How often the optimizer proposes a rule that "
+                                 "sounds right but breaks another task type.")
+    harm_factor: float = Field(0.35, ge=0.0, le=1.0, description="What such a rule leaves of the chance of a right "
+                               "answer on the task type it breaks.")
+    paraphrases: float = Field(0.0, ge=0.0, le=1.0, description="How often the optimizer proposes a rule the skill "
+                               "already has, in other words (longer, no better).")
+    rank_noise: float = Field(0.0, ge=0.0, le=1.0, description="How little the select stage's ranking knows: 0 as "
+                              "the clean sim, 1 at random.")
+    length_penalty: float = Field(0.0, ge=0.0, le=1.0, description="Share of the chance of a right answer lost per "
+                                  "100 characters of skill beyond length_free_chars.")
+    length_free_chars: int = Field(600, ge=0, description="Skill length (characters) that costs nothing.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("noise") == "moderate":
+            from skillstate.sim.noise import MODERATE
+
+            data = {**MODERATE, **data}
+        return data
+
+    def model_suffix(self) -> str:
+        """What the sim's model names carry in the noisy mode, so its calls are never served to a clean run's
+        requests from the call table (nor the other way round)."""
+        from skillstate.sim.noise import SimNoise
+
+        tag = SimNoise.of(self).tag()
+        return f"-{tag}" if tag else ""
+
+
 class SkillConfig(Section):
     """Every knob of a SkillOpt run. Field names are the config keys."""
 
@@ -146,6 +183,7 @@ class SkillConfig(Section):
         "skill", description="skill: train one skill document (SkillOpt); bank: grow a bank of small skills "
                              "retrieved per task (SkillRL).")
     bank: BankConfig = Field(default_factory=BankConfig)
+    sim: SimConfig = Field(default_factory=SimConfig)
 
     # training schedule
     num_epochs: int = Field(4, ge=1, le=100_000)
@@ -303,6 +341,9 @@ class SkillConfig(Section):
         splits = [self.train_split, self.val_split, self.test_split]
         if len(set(splits)) != 3:
             raise ValueError(f"train, val and test splits must differ, got {splits}")
+        if self.sim.model_suffix() and self.backend == "sim" and self.env != "qa":
+            raise ValueError(f"the sim's noisy mode (sim.*) plays question answering (env qa) only, not env "
+                             f"{self.env!r}: leave sim.noise off")
         if self.mode == "bank":
             clash = [key for key, on in (("use_slow_update", self.use_slow_update),
                                          ("use_meta_skill", self.use_meta_skill),
@@ -322,7 +363,7 @@ class SkillConfig(Section):
         if cfg.model:
             return cfg.model
         if self.backend == "sim":
-            return SIM_MODELS[role]
+            return SIM_MODELS[role] + self.sim.model_suffix()
         raise ConfigError(f"backend openai needs a model for the {role}: pass --model, --{role}-model or --set "
                           f"{role}.model=NAME")
 

@@ -170,7 +170,7 @@ def make_backend(config: SkillConfig, env: SkillEnv, role: str) -> LLMClient:
     if config.backend == "sim":
         from skillstate.sim.backend import sim_backend_for
 
-        return sim_backend_for(env)
+        return sim_backend_for(env, config.sim)
     from skillstate.llm.openai_backend import OpenAIBackend
 
     return OpenAIBackend(getattr(config, role), role)

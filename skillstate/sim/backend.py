@@ -15,6 +15,7 @@ from typing import Any
 from skillstate.envs.base import SkillEnv
 from skillstate.errors import ConfigError
 from skillstate.llm.base import ChatRequest, ChatResponse, ToolCall
+from skillstate.sim.noise import SimNoise
 from skillstate.sim.optimizer import SimOptimizer, _tokens
 from skillstate.sim.reading import read_request
 from skillstate.sim.world import SimWorld
@@ -61,15 +62,20 @@ class SimBackend:
         return self.respond(request.message_dicts(), request.tool_list(), request.seed)
 
 
-def sim_world_for(env: SkillEnv) -> Any:
+def sim_world_for(env: SkillEnv, sim: Any = None) -> Any:
     """The simulated world that plays `env`'s target, or a ConfigError when
-    the sim backend has none for this kind of environment."""
+    the sim backend has none for this kind of environment. `sim`: the config's
+    `sim` section (its noisy mode; question answering only)."""
     from skillstate.envs.episode import EpisodeEnv
     from skillstate.envs.qa import QAEnv
     from skillstate.envs.tools import ToolEnv
 
+    noise = SimNoise.of(sim)
     if isinstance(env, QAEnv):
-        return SimWorld([item for items in env.splits.values() for item in items])
+        return SimWorld([item for items in env.splits.values() for item in items], noise)
+    if noise.on:
+        raise ConfigError(f"the sim's noisy mode (sim.*) plays question answering only, not env {env.kind!r}: "
+                          "leave sim.noise off")
     if isinstance(env, EpisodeEnv):
         from skillstate.sim.agents import EpisodeWorld
 
@@ -82,5 +88,5 @@ def sim_world_for(env: SkillEnv) -> Any:
                       "(EpisodeEnv) and tool use (ToolEnv); use --backend openai")
 
 
-def sim_backend_for(env: SkillEnv) -> SimBackend:
-    return SimBackend(sim_world_for(env))
+def sim_backend_for(env: SkillEnv, sim: Any = None) -> SimBackend:
+    return SimBackend(sim_world_for(env, sim))

@@ -11,6 +11,7 @@ from typing import Any
 
 from skillstate.editor import apply_edits
 from skillstate.events import Edit
+from skillstate.sim.noise import OFF
 from skillstate.sim.reading import OptimizerRequest
 from skillstate.sim.teacher import SimTeacher
 from skillstate.sim.world import SimWorld
@@ -40,6 +41,7 @@ class SimOptimizer:
 
     def __init__(self, world: SimWorld):
         self.world = world
+        self.noise = getattr(world, "noise", OFF)  # the agents' worlds have no noisy mode
 
     def reply(self, prompt: str, rng) -> str:
         if _between(prompt, "distill_failures") is not None or _between(prompt, "evolve_failures") is not None:
@@ -125,6 +127,10 @@ class SimOptimizer:
 
     def _propose(self, skill: str, task_type: str, rng, avoid: set[str]) -> dict[str, str] | None:
         """One edit for a failing task type, or None."""
+        if self.noise.proposals_on:
+            noisy = self._noisy_proposal(skill, task_type, rng)
+            if noisy is not None:
+                return noisy
         low = skill.lower()
         harms = [h for h in self.world.harms if h.key in low and (not h.task_types or task_type in h.task_types)]
         if harms and rng.random() < 0.6:
@@ -148,6 +154,45 @@ class SimOptimizer:
             text = rng.choice(rule.variants) if rng.random() < 0.5 else None
         return self._rule_edit(skill, text) if text else None
 
+    def _noisy_proposal(self, skill: str, task_type: str, rng) -> dict[str, str] | None:
+        """Noisy mode: now and then a rule that breaks another task type, or the deletion of one that breaks
+        this type (rarely noticed), or a paraphrase of a rule the skill already has; None: propose as usual."""
+        low = skill.lower()
+        culprit = next((t for t in self.world.cross_harms if t.breaks == task_type and t.key in low), None)
+        if culprit is not None and rng.random() < 0.25:
+            line = next((ln for ln in skill.splitlines() if culprit.key in ln.lower()), None)
+            if line:
+                return {"op": "delete", "target": line, "content": ""}
+        roll = rng.random()
+        if roll < self.noise.harmful_edits:
+            traps = [t for t in self.world.cross_harms if t.aimed == task_type and t.key not in low]
+            return self._rule_edit(skill, rng.choice(traps).text) if traps else None
+        if roll < self.noise.harmful_edits + self.noise.paraphrases:
+            return self._paraphrase(skill, rng)
+        return None
+
+    def _paraphrase(self, skill: str, rng) -> dict[str, str] | None:
+        """A rule the skill already states, in other words (it holds the same key, so it changes nothing but
+        the length); None when the skill states no rule."""
+        keys = self.world.all_rule_keys()
+        traps = [t.key for t in self.world.cross_harms] + [h.key for h in self.world.harms]
+        lines = [ln for ln in skill.splitlines() if any(k in ln.lower() for k in keys)
+                 and not any(k in ln.lower() for k in traps)]
+        if not lines:
+            return None
+        line = rng.choice(lines)
+        key = next(k for k in keys if k in line.lower())
+        others = [v for v in self._variants_of(key) if v.lower() not in skill.lower()]
+        body = line.lstrip("- ").rstrip(".")
+        text = rng.choice(others) if others else rng.choice([
+            f"Remember: {body[0].lower()}{body[1:]}.", f"In short, {body[0].lower()}{body[1:]}.",
+            f"{body}; this matters on every question of the kind."])
+        return self._rule_edit(skill, text)
+
+    def _variants_of(self, key: str) -> tuple[str, ...]:
+        types = {item.get("task_type", "") for item in getattr(self.world, "items", {}).values()}
+        return next((self.world.rule_for(t).variants for t in sorted(types) if self.world.rule_for(t).key == key), ())
+
     def _failure_analyst(self, prompt: str, skill: str, failures: list[dict], budget: int, rng,
                          avoid: set[str], focus: list[str]) -> str:
         if rng.random() < 0.06:
@@ -166,6 +211,11 @@ class SimOptimizer:
         return self._patch_reply(prompt, skill, f"Looked at {len(failures)} failures.", summary, edits)
 
     def _success_analyst(self, prompt: str, skill: str, successes: list[dict], rng, avoid: set[str]) -> str:
+        if self.noise.paraphrases and rng.random() < self.noise.paraphrases:
+            paraphrase = self._paraphrase(skill, rng)
+            if paraphrase is not None:
+                return self._patch_reply(prompt, skill, f"{len(successes)} successes; the rules work.", [],
+                                         [paraphrase])
         roll = rng.random()
         edits = []
         if 0.55 <= roll < 0.9:
@@ -295,8 +345,13 @@ class SimOptimizer:
     def _rank(self, edits: list[dict], budget: int, rng) -> str:
         if rng.random() < 0.05:
             return "The first few look best."
-        scored = sorted(((self._value(e) + rng.random() * 1.6, e.get("index", i)) for i, e in enumerate(edits)),
-                        reverse=True)
+        if self.noise.rank_noise:  # noisy mode: the value counts for less, 1 - rank_noise of what it did
+            signal = 1.0 - self.noise.rank_noise
+            scored = sorted(((signal * self._value(e) + rng.random() * 1.6, e.get("index", i))
+                             for i, e in enumerate(edits)), reverse=True)
+        else:
+            scored = sorted(((self._value(e) + rng.random() * 1.6, e.get("index", i))
+                             for i, e in enumerate(edits)), reverse=True)
         return json.dumps({"selected_indices": [idx for _, idx in scored[:budget]]})
 
 

@@ -6,7 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from skillstate.util import seeded_rng, unit_float
+from skillstate.sim.noise import OFF, SimNoise
+from skillstate.util import hash_value, seeded_rng, unit_float
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,52 @@ USELESS: tuple[str, ...] = (
 RIGHT_WITH_RULE = 0.92
 
 
+@dataclass(frozen=True)
+class CrossHarm:
+    """A rule that sounds right for `aimed` but breaks `breaks` (noisy mode: `sim.harmful_edits`)."""
+
+    aimed: str
+    breaks: str
+    key: str
+    text: str
+
+
+# aimed at -> (breaks, text, key): the noisy mode's traps for the bundled task types
+TRAPS: dict[str, tuple[str, str, str]] = {
+    "arithmetic": ("unit_conversion", "For arithmetic, round every result to a whole number before answering.",
+                   "round every result to a whole number"),
+    "unit_conversion": ("arithmetic", "Work through the numbers left to right, converting as you go, so no step is "
+                        "skipped.", "left to right, converting as you go"),
+    "date_reasoning": ("letter_counting", "Count in steps of seven whenever you count anything, to avoid slips.",
+                       "count in steps of seven"),
+    "reading": ("list_ordering", "Answer with the first name or item the passage mentions, as written.",
+                "first name or item"),
+    "letter_counting": ("date_reasoning", "Count from the first item as 1, never 0, to avoid off-by-one errors.",
+                        "count from the first item as 1"),
+    "list_ordering": ("reading", "Sort the candidate answers alphabetically and give the first one.",
+                      "alphabetically and give the first"),
+}
+
+
+def cross_harms(task_types: list[str], rule_for) -> tuple[CrossHarm, ...]:
+    """Two traps per task type: one alone, one riding on the type's right rule (it lifts its own type while it
+    breaks another). A type without a written trap breaks the next type in sorted order."""
+    types = sorted(set(task_types))
+    out = []
+    for n, aimed in enumerate(types):
+        if aimed in TRAPS and TRAPS[aimed][0] in types:
+            breaks, text, key = TRAPS[aimed]
+        else:
+            breaks = types[(n + 1) % len(types)]
+            words, other = aimed.replace("_", " ") or "general", breaks.replace("_", " ") or "general"
+            key = f"answer {other} questions the same way"
+            text = f"For {words} questions, answer {other} questions the same way, without the extra checks."
+        right = rule_for(aimed).variants[0].rstrip(".")
+        out.append(CrossHarm(aimed, breaks, key, text))
+        out.append(CrossHarm(aimed, breaks, key, f"{right}; {text[0].lower()}{text[1:]}"))
+    return tuple(out)
+
+
 def generic_rule(task_type: str) -> Rule:
     words = task_type.replace("_", " ").strip() or "general"
     key = f"for {words} questions"
@@ -102,9 +149,12 @@ class SimWorld:
     useless: tuple[str, ...] = USELESS
     noun = "questions"
 
-    def __init__(self, items: list[dict[str, Any]]):
+    def __init__(self, items: list[dict[str, Any]], noise: SimNoise = OFF):
         self.items = {item["id"]: item for item in items}
         self.by_question = {item["question"].strip(): item for item in items}
+        self.noise = noise
+        self.cross_harms = cross_harms([i.get("task_type", "") for i in items], self.rule_for) \
+            if noise.harmful_edits else ()
 
     def rule_for(self, task_type: str) -> Rule:
         return RULES.get(task_type) or generic_rule(task_type)
@@ -140,6 +190,12 @@ class SimWorld:
         for harm in HARMS:
             if harm.key in low and (not harm.task_types or task_type in harm.task_types):
                 p *= harm.factor
+        if self.noise.on:
+            for trap in self.cross_harms:
+                if trap.breaks == task_type and trap.key in low:
+                    p *= self.noise.harm_factor
+                    break
+            p *= self.noise.length_factor(skill)
         return p
 
     def answer(self, skill: str, user_text: str, seed: int | None = None) -> str:
@@ -148,7 +204,12 @@ class SimWorld:
             return "I don't know."
         task_type = item.get("task_type", "")
         draw = item["id"] if seed is None else f"{item['id']}#{seed}"  # each sample draws on its own
-        right = unit_float("sim-item", draw) < self.chance(skill, task_type)
+        roll = unit_float("sim-item", draw)
+        if self.noise.answer_noise:  # noisy mode: a share of the answers drawn by the whole request
+            request = hash_value([skill, user_text, seed])
+            if unit_float("sim-noise-pick", request) < self.noise.answer_noise:
+                roll = unit_float("sim-noise-draw", request)
+        right = roll < self.chance(skill, task_type)
         answer = item["answers"][0] if right else self.wrong_answer(item)
         if "single word" in skill.lower():
             answer = answer.replace(",", " ").split()[0] if answer.split() else answer
