@@ -41,6 +41,7 @@ from skillstate.events import (
     TestEvaluated,
 )
 from skillstate.history import status_of
+from skillstate.prune_events import PruneDecided, PruneProposed
 from skillstate.reducer import RunState
 
 
@@ -127,6 +128,8 @@ class ProgressPrinter:
             return f"stopped        {event_summary(ev)}"
         if t in EPOCH_EVENTS:
             return f"{'final' if t == 'FinalValidated' else 'epoch end':15}{t}  {event_summary(ev)}"
+        if t in ("PruneProposed", "PruneDecided"):
+            return f"    prune      {event_summary(ev)}"
         return None
 
 
@@ -396,6 +399,11 @@ def event_summary(ev: Event) -> str:
         return f"{ev.condition}: {ev.reason}"
     if isinstance(ev, RunCompleted):
         return f"best {fmt(ev.best_score)} at step {ev.best_step}"
+    if isinstance(ev, PruneProposed):
+        return (f"after step {ev.after_step}: {len(ev.lines)} lines to delete "
+                f"({', '.join(sorted({r for p in ev.lines for r in p.reasons})) or 'none'}; optimizer {ev.status})")
+    if isinstance(ev, PruneDecided):
+        return f"after step {ev.after_step}: {ev.decision}: {ev.reason}"
     return ""
 
 

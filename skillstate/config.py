@@ -209,6 +209,13 @@ class SkillConfig(Section):
     gate_type_margin: float | None = Field(
         None, ge=0.0, le=1.0, description="Reject a candidate whose gate score on any task type is below the current "
                                           "skill's by more than this; unset: no per-type guard.")
+    gate_length_penalty: float = Field(
+        0.0, ge=0.0, le=1.0, description="Subtract this from the gate metric per 100 characters of the skill, so a "
+                                         "shorter skill that scores the same wins (fixed on fork).")
+    prune: Literal["off", "epoch", "step"] = Field(
+        "off", description="Propose deleting lines that do not earn their place (duplicates, near-duplicates, what "
+                           "the prune prompt names) at each epoch end or after each step, decided by the gate.")
+    prune_max_lines: int = Field(6, ge=1, description="prune: the most lines one proposal deletes.")
 
     # the rest
     use_gate: bool = Field(
@@ -349,7 +356,8 @@ class SkillConfig(Section):
                                          ("use_meta_skill", self.use_meta_skill),
                                          ("accumulation", self.accumulation != 1),
                                          ("lr_control", self.lr_control != "fixed"),
-                                         ("update_mode", self.update_mode != "patch")) if on]
+                                         ("update_mode", self.update_mode != "patch"),
+                                         ("prune", self.prune != "off")) if on]
             if clash:
                 raise ValueError(f"mode bank grows a bank of skills, not one document: {clash[0]} does not apply "
                                  "to it (leave it at its default)")

@@ -51,9 +51,14 @@ def semantic_density(skill: str) -> float:
     return directive / len(lines)
 
 
-def with_density(score: float, density: float, weight: float) -> float:
-    """The gate score plus the semantic-density bonus."""
-    return score + weight * density
+def with_density(score: float, density: float, weight: float, cost: float = 0.0) -> float:
+    """The gate score plus the semantic-density bonus, less the length cost (`length_cost`)."""
+    return score + weight * density - cost
+
+
+def length_cost(skill: str, penalty: float) -> float:
+    """The gate metric's length penalty (`gate_length_penalty`): `penalty` per 100 characters of the skill."""
+    return penalty * len(skill) / 100 if penalty else 0.0
 
 
 # --- early reject ------------------------------------------------------------------
@@ -63,13 +68,14 @@ ROUNDING_SLACK = 1e-9
 
 
 def upper_bound(hard_sum: float, soft_sum: float, scored: int, n: int, metric: str, mixed_weight: float,
-                density: float, density_weight: float) -> float:
+                density: float, density_weight: float, cost: float = 0.0) -> float:
     """The best gate score a candidate can still reach after `scored` of `n`
     items: every item left scoring 1 (each item's hard and soft lie in [0, 1],
-    and the gate score rises with both)."""
+    and the gate score rises with both). The length cost is the skill's,
+    known before any item is scored."""
     left = n - scored
     return with_density(gate_score((hard_sum + left) / n, (soft_sum + left) / n, metric, mixed_weight), density,
-                        density_weight)
+                        density_weight, cost)
 
 
 def reject_is_certain(bound: float, current: float, exact: bool) -> bool:
@@ -81,19 +87,20 @@ def reject_is_certain(bound: float, current: float, exact: bool) -> bool:
 
 
 def early_reject_point(outcomes: list[tuple[float, float]], n: int, current: float, metric: str,
-                       mixed_weight: float, density: float, density_weight: float) -> tuple[int, float] | None:
+                       mixed_weight: float, density: float, density_weight: float,
+                       cost: float = 0.0) -> tuple[int, float] | None:
     """(k, bound): the fewest items, scored in the given order, after which a
     reject is certain, and the bound that proves it; None when no prefix of
     `outcomes` (the (hard, soft) of each item, in evaluation order) proves
     one. The last item is never used: with every item scored the gate
     decides from the full score as usual."""
     hard_sum = soft_sum = 0.0
-    exact = metric == "hard" and density_weight == 0
+    exact = metric == "hard" and density_weight == 0 and cost == 0
     for k, (hard, soft) in enumerate(outcomes[: n - 1], 1):
         hard_sum += hard
         soft_sum += soft
         exact = exact and hard in (0.0, 1.0)
-        bound = upper_bound(hard_sum, soft_sum, k, n, metric, mixed_weight, density, density_weight)
+        bound = upper_bound(hard_sum, soft_sum, k, n, metric, mixed_weight, density, density_weight, cost)
         if reject_is_certain(bound, current, exact):
             return k, bound
     return None

@@ -143,15 +143,17 @@ class EarlyVerdict:
 
 
 def best_completion(prefix: Sequence[Outcome], reference: Reference, density: float,
-                    rule: RobustRule) -> EarlyVerdict:
+                    rule: RobustRule, cost: float = 0.0) -> EarlyVerdict:
     """The verdicts of the candidate whose scored items are `prefix` (the
     first len(prefix) items of `reference.outcomes`, in that order) and
     whose other items all score 1."""
     n, k = len(reference.outcomes), len(prefix)
     hard_sum = sum(h for h, _, _ in prefix)
     soft_sum = sum(s for _, s, _ in prefix)
-    exact = rule.metric == "hard" and rule.density_weight == 0 and all(h in (0.0, 1.0) for h, _, _ in prefix)
-    bound = upper_bound(hard_sum, soft_sum, k, n, rule.metric, rule.mixed_weight, density, rule.density_weight)
+    exact = (rule.metric == "hard" and rule.density_weight == 0 and cost == 0
+             and all(h in (0.0, 1.0) for h, _, _ in prefix))
+    bound = upper_bound(hard_sum, soft_sum, k, n, rule.metric, rule.mixed_weight, density, rule.density_weight,
+                        cost)
     strict_certain = reject_is_certain(bound, reference.score, exact)
     paired = None
     if rule.rule == "paired":
@@ -174,7 +176,7 @@ def _sign(candidate: float, current: float) -> int:
 
 
 def robust_reject_point(outcomes: Sequence[Outcome], reference: Reference, density: float,
-                        rule: RobustRule) -> tuple[int, EarlyVerdict] | None:
+                        rule: RobustRule, cost: float = 0.0) -> tuple[int, EarlyVerdict] | None:
     """(k, verdict): the fewest items, scored in the order of
     `reference.outcomes`, after which a reject is certain under `rule`;
     None when no prefix of `outcomes` proves one. As for the strict rule,
@@ -182,7 +184,7 @@ def robust_reject_point(outcomes: Sequence[Outcome], reference: Reference, densi
     from the full evaluation."""
     n = len(reference.outcomes)
     for k in range(1, min(len(outcomes), n - 1) + 1):
-        verdict = best_completion(outcomes[:k], reference, density, rule)
+        verdict = best_completion(outcomes[:k], reference, density, rule, cost)
         if verdict.certain:
             return k, verdict
     return None

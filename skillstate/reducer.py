@@ -43,6 +43,8 @@ from skillstate.events import (
     TestEvaluated,
     Usage,
 )
+from skillstate.prune_events import PruneDecided, PruneProposed
+from skillstate.prune_fold import fold_prune
 from skillstate.state import (  # noqa: F401  (re-exported: the state's shapes and accessors)
     EMPTY,
     BoundaryProgress,
@@ -78,6 +80,8 @@ STAGE_OF = {
     "SlowUpdateDecided": "slow_update",
     "MetaSkillWritten": "meta_skill",
     "TestEvaluated": "test",
+    "PruneProposed": "prune",
+    "PruneDecided": "prune",
 }
 
 
@@ -120,7 +124,8 @@ def _progress(state: RunState, event: Event) -> StepProgress:
 
 def _regate(scores: Scores, config: Mapping) -> float:
     base = gate_rules.gate_score(scores.hard, scores.soft, config["gate_metric"], config["gate_mixed_weight"])
-    return gate_rules.with_density(base, scores.density, config.get("semantic_density_weight", 0.0))
+    return gate_rules.with_density(base, scores.density, config.get("semantic_density_weight", 0.0),
+                                   scores.length_cost)
 
 
 def _buffer_entry(p: StepProgress, event: GateDecided) -> BufferEntry:
@@ -167,7 +172,7 @@ def reduce(state: RunState, event: Event) -> RunState:
         state = replace(state, stopped=None)
 
     if isinstance(event, RunForked):
-        if state.progress is not None or state.boundary is not None:
+        if state.progress is not None or state.boundary is not None or state.prune is not None:
             raise FoldError("RunForked in the middle of a step")
         new = replace(state, config=MappingProxyType(event.config), prompts=MappingProxyType(event.prompts),
                       parent_run_id=event.parent_run_id, fork_step=event.fork_step,
@@ -293,6 +298,9 @@ def reduce(state: RunState, event: Event) -> RunState:
     if isinstance(event, (EpochCompared, SlowUpdateProposed, SlowUpdateDecided, MetaSkillWritten, EpochEnded,
                           FinalValidated)):
         return _reduce_epoch_end(state, event)
+
+    if isinstance(event, (PruneProposed, PruneDecided)):
+        return fold_prune(state, event)
 
     if isinstance(event, RunCompleted):
         if state.progress is not None or state.boundary is not None:

@@ -32,6 +32,7 @@ from skillstate.events import (
     TestEvaluated,
     Usage,
 )
+from skillstate.prune_events import PruneProposed
 
 EMPTY: Mapping = MappingProxyType({})
 
@@ -160,6 +161,8 @@ class RunState:
     trajectories: str | None = None  # mode bank: the imported trajectories' blob
     seeded: bool = False  # mode bank: the imported trajectories were distilled (BankSeeded)
     start_skill: str | None = None  # what the baseline scores and step 1 starts from: the initial skill or seeded bank
+    prune: PruneProposed | None = None  # prune: the proposal awaiting its decision
+    pruned_step: int = 0  # prune: the last step after which the prune was decided
 
     @property
     def started(self) -> bool:

@@ -114,6 +114,7 @@ class Scores(Frozen):
     gate: float  # the gate metric's value (plus the semantic-density bonus, if any)
     n: int
     density: float = 0.0  # share of the skill's lines led by MUST/ALWAYS/NEVER-style words
+    length_cost: float = 0.0  # the length penalty subtracted in `gate` (gate_length_penalty; fixed on fork)
     by_task_type: dict[str, SplitScore] = Field(default_factory=dict)
 
 

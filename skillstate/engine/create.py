@@ -190,7 +190,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
 # Keys a fork may not change: they define what the inherited state means (the episode keys decide what an
 # inherited score measured; the analysts' window, episode.reflect_*, may change).
 FIXED_ON_FORK = ("env", "env_config", "data", "train_split", "val_split", "test_split", "initial_skill", "mode",
-                 "bank.trajectories",
+                 "bank.trajectories", "gate_length_penalty",
                  "episode.max_turns", "episode.max_invalid", "episode.history", "episode.max_observation_chars")
 
 

@@ -27,6 +27,7 @@ from skillstate.gate_robust import (
     paired_test,
     type_guard,
 )
+from skillstate.prune_events import PruneDecided
 from skillstate.reducer import RunState, cache_key, need
 
 Verdicts = tuple[PairedTest | None, TypeGuard | None]
@@ -77,7 +78,7 @@ def _item(results: dict[str, ItemResult], item_id: str) -> ItemResult:
 
 
 def early_check(ctx: RunContext, state: RunState, split: str, order: Sequence[dict[str, Any]], score: float,
-                density: float) -> Callable[[list[ItemResult]], tuple[int, float] | None]:
+                density: float, cost: float = 0.0) -> Callable[[list[ItemResult]], tuple[int, float] | None]:
     """For `stages.evaluate_early`: given the scored prefix (in `order`),
     (its length, the score bound) once it proves a reject, else None."""
     ref = reference(ctx, state, split, [i["id"] for i in order], score)
@@ -86,7 +87,7 @@ def early_check(ctx: RunContext, state: RunState, split: str, order: Sequence[di
     def check(prefix: list[ItemResult]) -> tuple[int, float] | None:
         if len(prefix) >= len(order):  # the last item is never used: a full evaluation decides as usual
             return None
-        verdict = best_completion([_outcome(r) for r in prefix], ref, density, rule)
+        verdict = best_completion([_outcome(r) for r in prefix], ref, density, rule, cost)
         return (len(prefix), verdict.bound) if verdict.certain else None
 
     return check
@@ -115,15 +116,16 @@ def full_verdicts(ctx: RunContext, state: RunState, split: str, skill: str, scor
     return paired, guard
 
 
-def early_verdict(ctx: RunContext, state: RunState, evaluation: CandidateEvaluated | SlowUpdateDecided, split: str,
-                  score: float) -> EarlyVerdict:
+def early_verdict(ctx: RunContext, state: RunState, evaluation: CandidateEvaluated | SlowUpdateDecided | PruneDecided,
+                  split: str, score: float) -> EarlyVerdict:
     """The verdict that proved an early reject, recomputed from the recorded prefix."""
     part = need(evaluation.partial, "an early reject")
-    density = need(evaluation.scores, "its scores").density
+    scores = need(evaluation.scores, "its scores")
+    density, cost = scores.density, scores.length_cost
     scored = [ItemResult.model_validate(x) for x in json.loads(ctx.blob(need(evaluation.results, "its results")))]
     rest = [i["id"] for i in ctx.env.items(split) if i["id"] not in set(part.item_ids)]
     ref = reference(ctx, state, split, list(part.item_ids) + rest, score)
-    return best_completion([_outcome(r) for r in scored], ref, density, rule_of(ctx.config))
+    return best_completion([_outcome(r) for r in scored], ref, density, rule_of(ctx.config), cost)
 
 
 def recorded(paired: Paired | None, guard: Guard | None, cfg: SkillConfig, bound: bool = False) -> Verdicts:

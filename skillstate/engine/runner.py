@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from skillstate.config import RUNTIME_KEYS, SkillConfig, redact, stored_config
-from skillstate.engine import ahead, bank, epoch, reflect, stages, update
+from skillstate.engine import ahead, bank, epoch, prune, reflect, stages, update
 from skillstate.engine.context import ProgressCallback, RunContext, RunLog, StoreLog
 from skillstate.engine.create import (  # noqa: F401  (re-exported)
     FIXED_ON_FORK,
@@ -71,6 +71,8 @@ STAGES: dict[str, Stage] = {
     "meta_skill": epoch.meta_skill,
     "end_epoch": epoch.end_epoch,
     "final_validate": epoch.final_validate,
+    "prune_propose": prune.propose,
+    "prune_decide": prune.decide,
     "test_baseline": stages.test_eval("baseline"),
     "test_best": stages.test_eval("best"),
     "eval_skill": stages.eval_skill,
@@ -91,6 +93,8 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
     if p is None:
         if state.boundary is not None or epoch.boundary_epoch(cfg, state) is not None:
             return epoch.boundary_stage(cfg, state)
+        if prune.due(cfg, state):
+            return prune.stage(state)
         if state.last_completed_step < state.total_steps:
             return "start_step"
         if cfg.use_slow_update and not state.final_validated:

@@ -81,8 +81,8 @@ def check_rollout_errors(ctx: RunContext, results: list[ItemResult]) -> None:
 
 
 def summarize(results: list[ItemResult], metric: str, weight: float, skill: str = "",
-              density_weight: float = 0.0) -> Scores:
-    """Scores of a split; the gate value adds the semantic-density bonus."""
+              density_weight: float = 0.0, length_penalty: float = 0.0) -> Scores:
+    """Scores of a split; the gate value adds the semantic-density bonus and subtracts the length cost."""
 
     def mean(values: list[float]) -> float:
         return sum(values) / len(values) if values else 0.0
@@ -92,9 +92,11 @@ def summarize(results: list[ItemResult], metric: str, weight: float, skill: str 
         groups[r.task_type or "untyped"].append(r)
     hard, soft = mean([r.hard for r in results]), mean([r.soft for r in results])
     density = gate_rules.semantic_density(skill)  # always stored: a fork may turn the bonus on later
+    cost = gate_rules.length_cost(skill, length_penalty)
     return Scores(
-        hard=hard, soft=soft, n=len(results), density=density,
-        gate=gate_rules.with_density(gate_rules.gate_score(hard, soft, metric, weight), density, density_weight),
+        hard=hard, soft=soft, n=len(results), density=density, length_cost=cost,
+        gate=gate_rules.with_density(gate_rules.gate_score(hard, soft, metric, weight), density, density_weight,
+                                     cost),
         by_task_type={t: SplitScore(hard=mean([r.hard for r in rs]), soft=mean([r.soft for r in rs]), n=len(rs))
                       for t, rs in sorted(groups.items())},
     )
@@ -104,7 +106,8 @@ def evaluate(ctx: RunContext, skill_hash: str, split: str) -> tuple[Scores, str,
     skill = ctx.blob(skill_hash)
     results = rollout_items(ctx, skill, ctx.env.items(split))
     cfg = ctx.config
-    scores = summarize(results, cfg.gate_metric, cfg.gate_mixed_weight, skill, cfg.semantic_density_weight)
+    scores = summarize(results, cfg.gate_metric, cfg.gate_mixed_weight, skill, cfg.semantic_density_weight,
+                       cfg.gate_length_penalty)
     blob = ctx.put_blob(canonical_json([r.model_dump(mode="json") for r in results]))
     return scores, blob, usage_of([c for r in results for c in r.all_calls()])
 
@@ -185,13 +188,14 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
     order = evaluation_order(ctx, state, split)
     n = len(order)
     density = gate_rules.semantic_density(skill)
+    cost = gate_rules.length_cost(skill, cfg.gate_length_penalty)
     results: list[ItemResult | None] = [None] * n
     width = 1 if ctx.verifying else cfg.concurrency  # verify asks only for what the event holds
     pending: dict[Future[ItemResult], int] = {}
     sent = done = 0
     stop: tuple[int, float] | None = None
     robust = gating.rule_of(cfg).active  # gate_rule paired or gate_type_margin: their exact bound
-    check = gating.early_check(ctx, state, split, order, current, density) if robust else None
+    check = gating.early_check(ctx, state, split, order, current, density, cost) if robust else None
     ctx.expect_calls(ctx.rollout_calls(n))
     with ctx.burst(n):
         while (sent < n and stop is None) or pending:
@@ -208,7 +212,7 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
                     continue
                 prefix = [(r.hard, r.soft) for r in results[:done] if r is not None]
                 found = gate_rules.early_reject_point(prefix, n, current, cfg.gate_metric, cfg.gate_mixed_weight,
-                                                      density, cfg.semantic_density_weight)
+                                                      density, cfg.semantic_density_weight, cost)
                 stop = found if found is not None and found[0] == done else None
     scored = [r for r in (results[: stop[0]] if stop else results) if r is not None]
     check_rollout_errors(ctx, scored)
@@ -218,7 +222,8 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
     else:  # a full evaluation: in split order, exactly what a plain one records
         by_id = {r.item_id: r for r in scored}
         scored = [by_id[i["id"]] for i in ctx.env.items(split)]
-    scores = summarize(scored, cfg.gate_metric, cfg.gate_mixed_weight, skill, cfg.semantic_density_weight)
+    scores = summarize(scored, cfg.gate_metric, cfg.gate_mixed_weight, skill, cfg.semantic_density_weight,
+                       cfg.gate_length_penalty)
     blob = ctx.put_blob(canonical_json([r.model_dump(mode="json") for r in scored]))
     return scores, blob, usage_of([c for r in scored for c in r.all_calls()]), partial
 
@@ -233,7 +238,7 @@ def evaluate_cached(ctx: RunContext, state: RunState, skill: str,
     cfg = ctx.config
     gate = gate_rules.with_density(gate_rules.gate_score(cached.hard, cached.soft, cfg.gate_metric,
                                                          cfg.gate_mixed_weight), cached.density,
-                                   cfg.semantic_density_weight)
+                                   cfg.semantic_density_weight, cached.length_cost)
     return cached.model_copy(update={"gate": gate}), None, {}
 
 
@@ -350,7 +355,8 @@ def _sampled(ctx: RunContext, skill_hash: str, split: str) -> TestEvaluated:
     ctx.expect_calls(ctx.rollout_calls(len(jobs)))
     results = ctx.map(lambda job: rollout_one(ctx, skill, job[0], job[1]), jobs)
     check_rollout_errors(ctx, results)
-    scores = summarize(results, cfg.gate_metric, cfg.gate_mixed_weight, skill, cfg.semantic_density_weight)
+    scores = summarize(results, cfg.gate_metric, cfg.gate_mixed_weight, skill, cfg.semantic_density_weight,
+                       cfg.gate_length_penalty)
     blob = ctx.put_blob(canonical_json([r.model_dump(mode="json") for r in results]))
     return TestEvaluated(label="eval", split=split, skill=skill_hash, scores=scores, results=blob,
                          usage_by_role=usage_of([c for r in results for c in r.all_calls()]))

@@ -18,7 +18,7 @@ PROMPT_NAMES = (
     "qa_user", "optimizer_system", "failure_analyst", "success_analyst", "merge", "merge_final", "rank",
     # full SkillOpt: update modes, autonomous learning rate, epoch boundary
     "failure_suggestions", "success_suggestions", "rewrite", "failure_rewrite", "success_rewrite", "merge_skills",
-    "learning_rate", "slow_update", "meta_skill",
+    "learning_rate", "slow_update", "meta_skill", "prune",
     # multi-turn environments
     "episode_user",
     # the skill bank (mode: bank)

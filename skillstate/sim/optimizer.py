@@ -12,6 +12,7 @@ from typing import Any
 from skillstate.editor import apply_edits
 from skillstate.events import Edit
 from skillstate.sim.noise import OFF
+from skillstate.sim.pruner import max_lines, prune_reply
 from skillstate.sim.reading import OptimizerRequest
 from skillstate.sim.teacher import SimTeacher
 from skillstate.sim.world import SimWorld
@@ -47,6 +48,8 @@ class SimOptimizer:
         if _between(prompt, "distill_failures") is not None or _between(prompt, "evolve_failures") is not None:
             return self._teach(prompt, rng)
         skill = _between(prompt, "skill") or ""
+        if _between(prompt, "prune_lines") is not None:
+            return prune_reply(self.world, skill, max_lines(prompt), rng, self.noise)
         if _between(prompt, "candidate_edits") is not None:
             return self._learning_rate(_json(_between(prompt, "candidate_edits")) or [], rng)
         comparison = _json(_between(prompt, "comparison"))
