@@ -414,8 +414,12 @@ def why_text(info: dict[str, Any]) -> str:
              + (" and ".join(where) + " skill" if where else "no skill of this run (initial, current or best)")]
     for c in info["changes"]:
         when = (f"step {c['step']} (epoch {c['epoch']})" if c["by"] == "step"
+                else f"prune after step {c['step']} (epoch {c['epoch']})" if c["by"] == "prune"
                 else f"slow update at the end of epoch {c['epoch']}")
         lines.append(f"  {when}: {c['change']} by {c['decision']} ({c['reason']})")
+        for d in c.get("deleted", []):
+            of = f" of {d['of']!r}" if d["of"] else ""
+            lines.append(f"    deleted {d['line']!r}: {' and '.join(d['reasons'])}{of}")
     origin = info["origin"]
     if origin is None:
         if info["in_current_skill"] and info["in_initial_skill"]:

@@ -333,6 +333,11 @@ class SkillConfig(Section):
                                  f"{list(price)}")
         return prices
 
+    @field_validator("prune", mode="before")
+    @classmethod
+    def _off(cls, value: Any) -> Any:
+        return "off" if value is False else value  # `--set prune=off` reads as YAML's false
+
     @field_validator("target_score")
     @classmethod
     def _a_score(cls, value: float | None, info: ValidationInfo) -> float | None:

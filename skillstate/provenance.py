@@ -10,6 +10,7 @@ from skillstate.engine.loading import LoadedRun
 from skillstate.engine.runner import load_run
 from skillstate.errors import UserError
 from skillstate.events import Edit, GateDecided, PatchProposed, RolloutCompleted, SlowUpdateDecided
+from skillstate.prune_events import PruneDecided, PruneProposed
 from skillstate.reducer import RunState, need, reduce
 from skillstate.store import Store
 
@@ -33,7 +34,7 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
     folded = RunState()
     for s in loaded.lineage:  # fold the log, noting every change of the current skill
         ev = s.event
-        before = folded.current_skill
+        before, proposal = folded.current_skill, folded.prune
         folded = reduce(folded, ev)
         step = getattr(ev, "step", None)
         if step is not None:
@@ -52,6 +53,8 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
             if ev.paired is not None or ev.type_guard is not None:  # the robust rules' verdicts (also in the reason)
                 change.update(paired=ev.paired.model_dump() if ev.paired else None,
                               type_guard=ev.type_guard.model_dump() if ev.type_guard else None)
+        elif isinstance(ev, PruneDecided) and proposal is not None:  # a prune: the lines it deleted, and why
+            change.update(prune_change(proposal, ev, text))
         else:  # the slow update of an epoch boundary
             su = cast(SlowUpdateDecided, ev)  # the only other event that changes the current skill (see the reducer)
             change.update(step=folded.last_completed_step, epoch=su.epoch, decision=su.decision, reason=su.reason,
@@ -75,6 +78,15 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
         "changes": changes,
         "origin": origin,
     }
+
+
+def prune_change(proposal: PruneProposed, ev: PruneDecided, text: str) -> dict[str, Any]:
+    """A prune's change of the current skill: its decision and the deleted lines that held `text`."""
+    lines = [{"line": p.line, "reasons": p.reasons, "of": p.of} for p in proposal.lines if text in p.line]
+    return {"step": ev.after_step, "epoch": ev.epoch, "decision": ev.decision, "reason": ev.reason, "by": "prune",
+            "deleted": lines or [{"line": p.line, "reasons": p.reasons, "of": p.of} for p in proposal.lines],
+            "paired": ev.paired.model_dump() if ev.paired else None,
+            "type_guard": ev.type_guard.model_dump() if ev.type_guard else None}
 
 
 def _slow_origin(events: list) -> dict[str, Any]:
