@@ -38,7 +38,8 @@ def fold_prune(state: RunState, event: PruneProposed | PruneDecided) -> RunState
             results[key] = event.results
             new = replace(new, results_cache=MappingProxyType(results))
     if event.decision not in gate_rules.ACCEPTED:
-        return new
+        tried = tuple((proposal.base_skill, p.line) for p in proposal.lines)
+        return replace(new, prune_rejected=new.prune_rejected + tried) if event.decision == gate_rules.REJECT else new
     if not proposal.skill or event.candidate_score is None:
         raise PruneFoldError("PruneDecided accepts without a candidate")
     new = replace(new, current_skill=proposal.skill, current_score=event.candidate_score)

@@ -163,6 +163,7 @@ class RunState:
     start_skill: str | None = None  # what the baseline scores and step 1 starts from: the initial skill or seeded bank
     prune: PruneProposed | None = None  # prune: the proposal awaiting its decision
     pruned_step: int = 0  # prune: the last step after which the prune was decided
+    prune_rejected: tuple[tuple[str, str], ...] = ()  # prune: (skill, line) of each deletion the gate turned down
 
     @property
     def started(self) -> bool:

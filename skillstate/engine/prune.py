@@ -74,18 +74,20 @@ def propose(ctx: RunContext, state: RunState) -> list[Event]:
     base_hash = need(state.current_skill, "the current skill")
     base = ctx.blob(base_hash)
     body = body_of(base)
+    rejected = [line for skill, line in state.prune_rejected if skill == base_hash]  # not proposed again
     found: dict[str, PruneLine] = {}
     for line, reason, of in rules.rule_deletions(body):
-        found.setdefault(line, PruneLine(line=line, reasons=[reason], of=of))
+        if line not in rejected:
+            found.setdefault(line, PruneLine(line=line, reasons=[reason], of=of))
     evidence = rules.line_evidence(ctx.blob(need(state.start_skill, "the initial skill")), _changes(ctx, state), body)
     result = ctx.optimizer(compose(ctx, state, "prune", memo=True, skill=body, prune_lines=to_json(evidence),
-                                   max_lines=cfg.prune_max_lines), reply=PruneReply)
+                                   rejected=to_json(rejected), max_lines=cfg.prune_max_lines), reply=PruneReply)
     reply = parse_reply(result.text, PruneReply) if result.ok else None
     status = "ok" if reply is not None else "error" if not result.ok else "unparseable"
     lines = set(rules.content_lines(body))
     for raw in reply.delete if reply is not None else []:
         line = raw if raw in lines else raw.strip()
-        if line not in lines:
+        if line not in lines or line in rejected:
             continue
         if line in found:
             if rules.OPTIMIZER not in found[line].reasons:

@@ -49,7 +49,8 @@ class SimOptimizer:
             return self._teach(prompt, rng)
         skill = _between(prompt, "skill") or ""
         if _between(prompt, "prune_lines") is not None:
-            return prune_reply(self.world, skill, max_lines(prompt), rng, self.noise)
+            return prune_reply(self.world, skill, max_lines(prompt), rng, self.noise,
+                               _json(_between(prompt, "rejected_deletions")) or [])
         if _between(prompt, "candidate_edits") is not None:
             return self._learning_rate(_json(_between(prompt, "candidate_edits")) or [], rng)
         comparison = _json(_between(prompt, "comparison"))

@@ -21,7 +21,8 @@ def max_lines(prompt: str) -> int:
     return int(match.group(1)) if match else 5
 
 
-def prune_reply(world: Any, skill: str, limit: int, rng, noise: SimNoise = OFF) -> str:
+def prune_reply(world: Any, skill: str, limit: int, rng, noise: SimNoise = OFF, rejected: list | None = None) -> str:
+    """The reply: lines to delete, none of `rejected` (deletions the gate turned down before)."""
     if rng.random() < 0.06:
         return "The skill looks lean already; I would keep it as it is."
     keys = world.all_rule_keys()
@@ -52,5 +53,5 @@ def prune_reply(world: Any, skill: str, limit: int, rng, noise: SimNoise = OFF) 
             delete.append(line)
     if noise.harmful_edits and sole and rng.random() < noise.harmful_edits:
         delete.append(rng.choice(sole))  # a mistake: the rule looked redundant
-    delete = delete[:limit]
+    delete = [line for line in delete if line not in (rejected or [])][:limit]
     return json.dumps({"reasoning": f"{len(delete)} line(s) repeat a rule or add nothing.", "delete": delete})
