@@ -94,6 +94,11 @@ def test_a_noisy_run_prunes_through_the_gate_replays_verifies_forks_and_why_name
     assert [p["after_step"] for p in proposed] == [d["after_step"] for d in decided] == list(range(1, 7))
     accepted = [(p, d) for p, d in zip(proposed, decided, strict=True) if d["decision"] in ("accept", "accept_best")]
     assert accepted and any(d["decision"] == "reject" for d in decided)
+    rejected: set[tuple[str, str]] = set()
+    for p, d in zip(proposed, decided, strict=True):  # a deletion turned down is not proposed again for that skill
+        assert not any((p["base_skill"], line["line"]) in rejected for line in p["lines"])
+        if d["decision"] == "reject":
+            rejected |= {(p["base_skill"], line["line"]) for line in p["lines"]}
     for p, d in accepted:  # the pruned skill is the base without the deleted lines, and it scored higher
         assert d["candidate_score"] > d["current_score"] and p["skill"] and p["lines"]
         assert all(e["op"] == "delete" and e["source"] == "prune" for e in p["edits"])
