@@ -9,18 +9,24 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
 from click.testing import CliRunner
+from conftest import Crash, small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skillstate import gate
+from skillstate.audit import verify
 from skillstate.cli.main import cli
+from skillstate.engine.runner import make_backend
 from skillstate.gate_robust import Reference, RobustRule, robust_reject_point, type_values
 from skillstate.prompts import resolve_prompts
 from skillstate.prune import NEAR_DUPLICATE, rule_deletions, whole_line_first
 from skillstate.sim.noise import MODERATE, SimNoise
 from skillstate.sim.pruner import prune_reply
 from skillstate.sim.world import SimWorld, bundled_splits
+from skillstate.store import Store
+from skillstate.trainer import Trainer
 
 NOISY = ("--set", "sim.noise=moderate")
 
@@ -214,3 +220,49 @@ def test_the_length_penalty_never_lets_a_tie_on_items_through_early_when_the_sho
     if found is not None:
         k, _ = found
         assert sum(hards[:k]) + (n - k) < wins  # even every item left solved scores below the current items
+
+
+# --- resume ------------------------------------------------------------------------------------------
+
+
+def dies_deciding_a_prune():
+    """A backend factory whose backends die (raise Crash) at the first target call after the prune prompt."""
+    seen = {"prune": False}
+
+    def factory(config, env, role):
+        real = make_backend(config, env, role)
+
+        class Dying:
+            name = real.name
+
+            def complete(self, request):
+                text = request.message_dicts()[-1]["content"]
+                if role == "optimizer" and "<prune_lines>" in text:
+                    seen["prune"] = True
+                elif role == "target" and seen["prune"]:
+                    raise Crash()
+                return real.complete(request)
+
+        return Dying()
+
+    return factory
+
+
+def test_a_run_that_dies_between_a_prune_proposal_and_its_decision_resumes_to_the_same_log(tmp_path):
+    cfg = small_config(num_epochs=1, prune="epoch", sim={"noise": "moderate"})
+    whole, broken = Store(f"sqlite:///{tmp_path / 'w.db'}"), Store(f"sqlite:///{tmp_path / 'b.db'}")
+    try:
+        Trainer(cfg, store=whole, run_id="r").train()
+        with pytest.raises(Crash):
+            Trainer(cfg, store=broken, run_id="r", backend_factory=dies_deciding_a_prune()).train()
+        assert [e.type for e in broken.read_events("r")][-1] == "PruneProposed"
+        Trainer(cfg, store=broken, run_id="r").train()  # resumed
+        want = [(e.type, json.loads(e.payload)) for e in whole.read_events("r")]
+        got = [(e.type, json.loads(e.payload)) for e in broken.read_events("r")]
+        assert [t for t, _ in got] == [t for t, _ in want]
+        decided = [(p["decision"], p["candidate_score"]) for t, p in got if t == "PruneDecided"]
+        assert decided == [(p["decision"], p["candidate_score"]) for t, p in want if t == "PruneDecided"]
+        assert verify(broken, "r").ok and verify(whole, "r").ok
+    finally:
+        whole.close()
+        broken.close()
