@@ -21,7 +21,7 @@ from skillstate.cli.main import cli
 from skillstate.engine.runner import make_backend
 from skillstate.gate_robust import Reference, RobustRule, robust_reject_point, type_values
 from skillstate.prompts import resolve_prompts
-from skillstate.prune import NEAR_DUPLICATE, rule_deletions, whole_line_first
+from skillstate.prune import NEAR_DUPLICATE, line_evidence, rule_deletions, whole_line_first
 from skillstate.sim.noise import MODERATE, SimNoise
 from skillstate.sim.pruner import prune_reply
 from skillstate.sim.world import SimWorld, bundled_splits
@@ -81,6 +81,16 @@ def test_the_sim_optimizer_proposes_deleting_paraphrases_not_the_rule_they_repea
         mistakes[name] = sum(first in d for d in named) / len(named)
     # the rule the paraphrase repeats stays, except for the noisy mode's mistakes (harmful_edits of the time)
     assert mistakes["clean"] == 0 and 0.1 <= mistakes["noisy"] <= 0.4
+
+
+def test_the_prompt_sees_each_line_with_the_step_that_added_it_and_its_gain():
+    initial = "# T\n\n- Old rule.\n"
+    one = initial + "- Added at step 2.\n"
+    two = one + "- Added at step 5.\n"
+    rows = line_evidence(initial, [(2, 0.1, one), (5, 0.05, two)], two)
+    assert rows == [{"line": "- Old rule.", "added_at_step": None, "gain": None},
+                    {"line": "- Added at step 2.", "added_at_step": 2, "gain": 0.1},
+                    {"line": "- Added at step 5.", "added_at_step": 5, "gain": 0.05}]
 
 
 def test_prune_is_a_prompt_a_run_may_override():
