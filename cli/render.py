@@ -320,11 +320,20 @@ def log_lines(events, lineage: bool, width: int | None = None) -> list[str]:
 
 
 def run_rows(store, rows) -> list[dict[str, Any]]:
+    """A row per run; a run whose log is damaged is one with status `damaged` and its `problem`, so that
+    one damaged log hides no other run."""
     from skillstate.engine.runner import load_run
+    from skillstate.errors import CorruptLogError
 
-    out = []
+    out: list[dict[str, Any]] = []
     for row in rows:
-        state = load_run(store, row.run_id).state
+        try:
+            state = load_run(store, row.run_id).state
+        except CorruptLogError as err:
+            out.append({"run_id": row.run_id, "parent_run_id": row.parent_run_id, "fork_step": row.fork_step,
+                        "created_at": row.created_at.isoformat() if row.created_at else None, "status": "damaged",
+                        "baseline_score": None, "best_score": None, "best_step": None, "problem": str(err)})
+            continue
         out.append({
             "run_id": row.run_id, "parent_run_id": row.parent_run_id, "fork_step": row.fork_step,
             "created_at": row.created_at.isoformat() if row.created_at else None,
