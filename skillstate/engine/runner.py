@@ -179,6 +179,13 @@ def make_backend(config: SkillConfig, env: SkillEnv, role: str) -> LLMClient:
 BackendFactory = Callable[[SkillConfig, SkillEnv, str], LLMClient]
 
 
+def check_backend_factory(config: SkillConfig, backend_factory: BackendFactory | None) -> None:
+    """A custom backend factory runs on executor threads only (checked before a run is created, too)."""
+    if backend_factory is not None and config.executor == "ray":
+        raise ConfigError("executor ray builds the target's backend on each worker: a custom backend factory "
+                          "runs on executor threads only")
+
+
 def build_context(store: Store, run_id: str, state: RunState, config: SkillConfig, log: RunLog, *,
                   on_progress: ProgressCallback | None = None, verify_until=None,
                   backend_factory: BackendFactory | None = None) -> RunContext:
@@ -189,9 +196,8 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
     scope = None if config.llm_cache == "all" else lineage_run_ids(store, run_id)
     factory = backend_factory or make_backend
     verifying = verify_until is not None
-    if backend_factory is not None and config.executor == "ray" and not verifying:
-        raise ConfigError("executor ray builds the target's backend on each worker: a custom backend factory "
-                          "runs on executor threads only")
+    if not verifying:
+        check_backend_factory(config, backend_factory)
     budget = None if verifying else run_budget(store, run_id, config)
     health = CallHealth(0, 1.0) if verifying else CallHealth(config.max_consecutive_failures,
                                                               config.max_stage_failure_share)
