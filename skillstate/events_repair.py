@@ -35,7 +35,7 @@ class EditsAblated(Event):
     step: int
     split: str
     candidate_skill: str  # the candidate before repair
-    changes: dict[str, float]  # task type -> net change of the candidate against the current skill (scored items)
+    changes: dict[str, float]  # task type -> mean change of the candidate against the current skill (scored items)
     affected_types: list[str]
     item_ids: list[str]  # the affected items: the scored items of the affected types, in split order
     current_score: float = 0.0  # mean gate value of the current skill on the affected items

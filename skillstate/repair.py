@@ -19,19 +19,23 @@ Paired = tuple[str, float, float]
 
 
 def type_changes(items: Sequence[Paired]) -> dict[str, float]:
-    """Per task type, the candidate's net change against the current skill:
-    the sum over the type's items of candidate minus current."""
-    out: dict[str, float] = {}
+    """Per task type, the candidate's change against the current skill: the
+    mean over the type's items of candidate minus current (rounded to 1e-9,
+    so the same outcomes in another order give the same figure)."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
     for task_type, cand, cur in items:
-        out[task_type] = out.get(task_type, 0.0) + (cand - cur)
-    return dict(sorted(out.items()))
+        sums[task_type] = sums.get(task_type, 0.0) + (cand - cur)
+        counts[task_type] = counts.get(task_type, 0) + 1
+    return {t: round(sums[t] / counts[t], 9) for t in sorted(sums)}
 
 
-def affected_types(changes: Mapping[str, float]) -> list[str]:
-    """The types to repair: those the candidate lost, when it also lifted
-    another (a candidate that lifts nothing, or hurts nothing, has nothing
-    to repair: the gate decides it as it is)."""
-    lost = sorted(t for t, d in changes.items() if d < 0)
+def affected_types(changes: Mapping[str, float], min_loss: float = 0.0) -> list[str]:
+    """The types to repair: those the candidate lost by more than `min_loss`
+    (`repair_type_loss`), when it also lifted another. A candidate that lifts
+    nothing, or loses no type by more than that, has nothing to repair: the
+    gate decides it as it is."""
+    lost = sorted(t for t, d in changes.items() if d < 0 and -d > min_loss)
     lifted = any(d > 0 for d in changes.values())
     return lost if lost and lifted else []
 

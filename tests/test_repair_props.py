@@ -83,19 +83,22 @@ def test_at_most_one_edit_is_dropped_and_it_recovers_strictly_the_most(outcomes,
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(TYPES), values, values), max_size=20))
-def test_affected_types_are_those_lost_and_only_when_another_was_lifted(items):
+@given(st.lists(st.tuples(st.sampled_from(TYPES), values, values), max_size=20), st.sampled_from([0.0, 0.1, 0.25]))
+def test_affected_types_are_those_lost_by_more_than_the_threshold_and_only_when_another_was_lifted(items, min_loss):
     changes = repair.type_changes(items)
     assert set(changes) == {t for t, _, _ in items}
     for t in changes:
-        assert abs(changes[t] - sum(c - r for tt, c, r in items if tt == t)) < 1e-9
-    affected = repair.affected_types(changes)
-    assert all(changes[t] < 0 for t in affected)
+        diffs = [c - r for tt, c, r in items if tt == t]
+        assert abs(changes[t] - sum(diffs) / len(diffs)) < 1e-9
+    assert repair.type_changes(list(reversed(items))) == changes  # order does not matter
+    affected = repair.affected_types(changes, min_loss)
+    assert affected == sorted(affected) and all(-changes[t] > min_loss for t in affected)
     if affected:
         assert any(d > 0 for d in changes.values())
-        assert affected == sorted(t for t, d in changes.items() if d < 0)
+        assert affected == sorted(t for t, d in changes.items() if -d > min_loss)
     if all(c == r for _, c, r in items):  # a candidate identical on every item has nothing to repair
         assert affected == []
+    assert set(repair.affected_types(changes, min_loss + 0.1)) <= set(affected)  # a higher threshold, fewer types
 
 
 @settings(max_examples=300, deadline=None)

@@ -60,9 +60,10 @@ def ablate(ctx: RunContext, state: RunState) -> list[Event]:
     scored = [i["id"] for i in ctx.env.items(split) if i["id"] in cand and i["id"] in current]
     changes = rules.type_changes([(cand[i].task_type or "untyped", value(cand[i]), value(current[i]))
                                   for i in scored])
-    affected = rules.affected_types(changes)
+    affected = rules.affected_types(changes, cfg.repair_type_loss)
     if not affected:
-        why = "no task type lost" if all(d >= 0 for d in changes.values()) else "no task type gained"
+        lost = any(-d > cfg.repair_type_loss for d in changes.values())
+        why = "no task type gained" if lost else f"no task type lost more than {cfg.repair_type_loss:g}"
         return [EditsAblated(changes=changes, affected_types=[], item_ids=[], **common,
                              reason=f"{why} against the current skill: nothing to repair")]
     ids = [i for i in scored if (cand[i].task_type or "untyped") in affected]
