@@ -215,7 +215,7 @@ class SkillConfig(Section):
                            "and gate the candidate without them (update_mode patch).")
     repair_max_edits: int = Field(3, ge=1, description="repair ablate: at most this many edits ablated per step.")
     repair_type_loss: float = Field(
-        0.2, ge=0.0, le=1.0, description="repair ablate: a task type is repaired when the candidate's mean gate "
+        0.3, ge=0.0, le=1.0, description="repair ablate: a task type is repaired when the candidate's mean gate "
                                          "score on it is below the current skill's by more than this.")
 
     # the rest
