@@ -414,7 +414,7 @@ def why_text(info: dict[str, Any]) -> str:
                 else f"slow update at the end of epoch {c['epoch']}")
         lines.append(f"  {when}: {c['change']} by {c['decision']} ({c['reason']})")
     for d in info.get("dropped", []):  # repair: ablate
-        lines.append(f"  step {d['step']}: dropped by the repair: {d['op']} {d['content'][:80]!r} broke "
+        lines.append(f"  step {d['step']}: dropped by the repair: {d['op']} {d['content'][:200]!r} broke "
                      f"{', '.join(d['broke'])} ({d['items']} items scored {d['candidate_score']:.3f} with it, "
                      f"{d['without_score']:.3f} without it, {d['recovered']:+g})")
     origin = info["origin"]
