@@ -40,6 +40,7 @@ from skillstate.events import (
     StopConditionMet,
     TestEvaluated,
 )
+from skillstate.events_repair import EditsAblated
 from skillstate.history import status_of
 from skillstate.reducer import RunState
 
@@ -119,6 +120,8 @@ class ProgressPrinter:
             return f"    evaluate   {ev.split}: gate {fmt(ev.scores.gate)}{cached}"
         if isinstance(ev, GateDecided):
             return f"    gate       {ev.decision}: {ev.reason}"
+        if isinstance(ev, EditsAblated):
+            return f"    repair     {event_summary(ev)}"
         if isinstance(ev, TestEvaluated):
             where = f"test           {ev.label}" if ev.label != "eval" else f"eval           {ev.split}"
             return f"{where}: hard {fmt(ev.scores.hard)}  soft {fmt(ev.scores.soft)}"
@@ -383,6 +386,8 @@ def event_summary(ev: Event) -> str:
         return ", ".join(f"{r.op}:{r.status}" for r in ev.report) or "no edits"
     if isinstance(ev, GateDecided):
         return f"{ev.decision}: {ev.reason}"
+    if isinstance(ev, EditsAblated):
+        return ev.reason
     if isinstance(ev, LearningRateChosen):
         return f"apply {ev.chosen} of {ev.candidates} ({ev.status}{', asked ' + ev.requested if ev.requested else ''})"
     if isinstance(ev, EpochCompared):
@@ -417,6 +422,10 @@ def why_text(info: dict[str, Any]) -> str:
         when = (f"step {c['step']} (epoch {c['epoch']})" if c["by"] == "step"
                 else f"slow update at the end of epoch {c['epoch']}")
         lines.append(f"  {when}: {c['change']} by {c['decision']} ({c['reason']})")
+    for d in info.get("dropped", []):  # repair: ablate
+        lines.append(f"  step {d['step']}: dropped by the repair: {d['op']} {d['content'][:200]!r} broke "
+                     f"{', '.join(d['broke'])} ({d['items']} items scored {d['candidate_score']:.3f} with it, "
+                     f"{d['without_score']:.3f} without it, {d['recovered']:+g})")
     origin = info["origin"]
     if origin is None:
         if info["in_current_skill"] and info["in_initial_skill"]:

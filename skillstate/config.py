@@ -209,6 +209,14 @@ class SkillConfig(Section):
     gate_type_margin: float | None = Field(
         None, ge=0.0, le=1.0, description="Reject a candidate whose gate score on any task type is below the current "
                                           "skill's by more than this; unset: no per-type guard.")
+    repair: Literal["off", "ablate"] = Field(
+        "off", description="ablate: when a candidate loses some task types while lifting others, remove its kept "
+                           "edits one at a time on the lost types' items, drop those whose removal recovers them, "
+                           "and gate the candidate without them (update_mode patch).")
+    repair_max_edits: int = Field(3, ge=1, description="repair ablate: at most this many edits ablated per step.")
+    repair_type_loss: float = Field(
+        0.3, ge=0.0, le=1.0, description="repair ablate: a task type is repaired when the candidate's mean gate "
+                                         "score on it is below the current skill's by more than this.")
 
     # the rest
     use_gate: bool = Field(

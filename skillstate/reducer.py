@@ -43,6 +43,7 @@ from skillstate.events import (
     TestEvaluated,
     Usage,
 )
+from skillstate.events_repair import EditsAblated
 from skillstate.state import (  # noqa: F401  (re-exported: the state's shapes and accessors)
     EMPTY,
     BoundaryProgress,
@@ -69,6 +70,7 @@ STAGE_OF = {
     "EditsSelected": "select",
     "CandidateBuilt": "update",
     "CandidateEvaluated": "gate",
+    "EditsAblated": "repair",
     "SkillsDistilled": "distill",
     "BankValidated": "validate",
     "BankEvolved": "evolve",
@@ -231,9 +233,15 @@ def reduce(state: RunState, event: Event) -> RunState:
         p = _progress(state, event)
         return replace(state, progress=replace(p, selected=event))
 
-    if isinstance(event, CandidateBuilt):
+    if isinstance(event, CandidateBuilt):  # a repaired candidate (after EditsAblated) is evaluated anew
         p = _progress(state, event)
-        return replace(state, progress=replace(p, candidate=event))
+        return replace(state, progress=replace(p, candidate=event, evaluation=None))
+
+    if isinstance(event, EditsAblated):
+        p = _progress(state, event)
+        if p.evaluation is None or p.repair is not None:
+            raise FoldError("EditsAblated before the candidate was evaluated, or twice")
+        return replace(state, progress=replace(p, repair=event))
 
     if isinstance(event, CandidateEvaluated):
         p = _progress(state, event)

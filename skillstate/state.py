@@ -32,6 +32,7 @@ from skillstate.events import (
     TestEvaluated,
     Usage,
 )
+from skillstate.events_repair import EditsAblated
 
 EMPTY: Mapping = MappingProxyType({})
 
@@ -55,6 +56,7 @@ class StepProgress:
     selected: EditsSelected | None = None
     candidate: CandidateBuilt | None = None
     evaluation: CandidateEvaluated | None = None
+    repair: EditsAblated | None = None  # repair: ablate (the candidate after it, when repaired, is `candidate`)
     # mode bank: the step's distillation, validation and evolution
     distilled: SkillsDistilled | None = None
     validated: BankValidated | None = None

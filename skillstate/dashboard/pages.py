@@ -125,7 +125,8 @@ def step_page(cache: RunCache, run_id: str, step: int) -> dict[str, Any]:
     skills = detail.get("skills")
     diff = None
     if skills:
-        diff = skill_diff(cache.store.get_blob(skills["base"]), cache.store.get_blob(skills["candidate"]))
+        gated = skills.get("repaired", skills["candidate"])  # repair: ablate gates the repaired candidate
+        diff = skill_diff(cache.store.get_blob(skills["base"]), cache.store.get_blob(gated))
     steps = [r.step for r in loaded.state.history]
     return {"run": run_row(cache, run_id), "detail": detail, "diff": diff,
             "prev": max((s for s in steps if s < step), default=None),

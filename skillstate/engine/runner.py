@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from skillstate.config import RUNTIME_KEYS, SkillConfig, redact, stored_config
-from skillstate.engine import ahead, bank, epoch, reflect, stages, update
+from skillstate.engine import ahead, bank, epoch, reflect, repair, stages, update
 from skillstate.engine.context import ProgressCallback, RunContext, RunLog, StoreLog
 from skillstate.engine.create import (  # noqa: F401  (re-exported)
     FIXED_ON_FORK,
@@ -65,6 +65,7 @@ STAGES: dict[str, Stage] = {
     "evolve": bank.evolve,
     "evaluate": stages.evaluate_candidate,
     "gate": stages.decide,
+    "repair": repair.ablate,
     "epoch_compare": epoch.compare_epochs,
     "slow_update": epoch.slow_update,
     "slow_update_decide": epoch.slow_update_decide,
@@ -119,6 +120,8 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
         return "update"
     if p.evaluation is None:
         return "evaluate"
+    if repair.due(cfg, p):
+        return "repair"
     return "gate"
 
 
