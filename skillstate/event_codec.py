@@ -39,6 +39,7 @@ from skillstate.events import (
     StopConditionMet,
     TestEvaluated,
 )
+from skillstate.selection_events import FinalSelected, SelectionScored
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
@@ -47,6 +48,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PatchProposed, PatchesMerged, LearningRateChosen, EditsSelected, CandidateBuilt, CandidateEvaluated,
         GateDecided, TestEvaluated, EpochCompared, SlowUpdateProposed, SlowUpdateDecided, MetaSkillWritten,
         EpochEnded, FinalValidated, StopConditionMet, SkillsDistilled, BankValidated, BankEvolved, BankSeeded,
+        SelectionScored, FinalSelected,
     )
 }
 
