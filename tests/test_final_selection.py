@@ -239,6 +239,19 @@ def test_old_logs_and_runs_without_the_key_keep_their_behaviour(noisy):
     assert load_run(result.store, "plain").state.final_selection is None
 
 
+def test_the_plan_counts_the_re_scoring_calls():
+    from skillstate.config import SkillConfig
+    from skillstate.plan import plan_run
+
+    splits = {"train": [{"id": str(i), "question": "q"} for i in range(80)],
+              "val": [{"id": f"v{i}", "question": "q"} for i in range(20)],
+              "test": [{"id": f"t{i}", "question": "q"} for i in range(30)],
+              "selection": [{"id": f"s{i}", "question": "q"} for i in range(10)]}
+    off = plan_run(SkillConfig(num_epochs=1), splits, "# skill\n")
+    on = plan_run(SkillConfig(num_epochs=1, final_selection={"enabled": True, "top": 4}), splits, "# skill\n")
+    assert on.calls["target"] == off.calls["target"] + 4 * 10 and on.calls["optimizer"] == off.calls["optimizer"]
+
+
 # --- the pure rules ---------------------------------------------------------
 
 scores = st.floats(min_value=0, max_value=1, allow_nan=False)
