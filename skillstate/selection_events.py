@@ -27,7 +27,9 @@ class SelectionScored(Event):
     type: ClassVar[str] = "SelectionScored"
     rank: int  # its place among the candidates: 0 is the best on val
     skill: str
-    step: int  # the step that made it the current skill (0: the initial skill)
+    # the step that made it the current skill (0: the initial skill); not `step`, which would file this
+    # end-of-run event under that step (its page, its cost)
+    from_step: int
     val_score: float  # its gate score on val, as the gate saw it
     split: str
     scores: Scores
@@ -51,7 +53,7 @@ class FinalSelected(Event):
     split: str
     chosen: int  # rank of the pick
     skill: str
-    step: int
+    from_step: int
     val_score: float
     selection_score: float
     best_val: float  # the best-on-val skill's val score (rank 0)

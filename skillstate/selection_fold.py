@@ -30,4 +30,4 @@ def reduce_selection(state: RunState, event: SelectionScored | FinalSelected) ->
     if not 0 <= event.chosen < len(scored) or scored[event.chosen].skill != event.skill:
         raise FoldError("FinalSelected picks a skill that was not scored on the selection split")
     return replace(state, final_selection=event, best_skill=event.skill, best_score=event.val_score,
-                   best_step=event.step)
+                   best_step=event.from_step)

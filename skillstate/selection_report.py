@@ -60,6 +60,6 @@ def event_summary(ev: SelectionScored | FinalSelected) -> str:
     """One line for `skillstate log` and the run's progress."""
     if isinstance(ev, SelectionScored):
         cached = " (score cache)" if ev.cached else ""
-        return (f"candidate {ev.rank + 1}: step {ev.step}'s skill, val {ev.val_score:.4f}, {ev.split} "
+        return (f"candidate {ev.rank + 1}: step {ev.from_step}'s skill, val {ev.val_score:.4f}, {ev.split} "
                 f"{ev.scores.gate:.4f}{cached}")
-    return f"step {ev.step}'s skill of {len(ev.candidates)}: {ev.reason}"
+    return f"step {ev.from_step}'s skill of {len(ev.candidates)}: {ev.reason}"

@@ -102,13 +102,13 @@ def test_the_pick_is_the_best_on_selection_and_is_the_final_skill_everywhere(noi
     assert picked.chosen != 0  # here the best on val loses on the held-out items
     assert picked.skill == scored[picked.chosen].skill and picked.best_val == before.best_score
     state = result.state
-    assert (state.best_skill, state.best_step, state.best_score) == (picked.skill, picked.step, picked.val_score)
+    assert (state.best_skill, state.best_step, state.best_score) == (picked.skill, picked.from_step, picked.val_score)
     assert state.tests["best"].skill == picked.skill  # the test evaluation scores the pick
     assert events(result.store, "sel")[-1].best_skill == picked.skill  # RunCompleted
     text = result.store.get_blob(picked.skill)
     assert call("export", "sel", "--db", db) == text + ("" if text.endswith("\n") else "\n")
     runs = {r["run_id"]: r for r in json.loads(call("runs", "--json", "--db", db))}
-    assert runs["sel"]["best_score"] == picked.val_score and runs["sel"]["best_step"] == picked.step
+    assert runs["sel"]["best_score"] == picked.val_score and runs["sel"]["best_step"] == picked.from_step
 
 
 def test_show_and_its_json_report_the_val_to_test_gap(noisy):
@@ -132,6 +132,11 @@ def test_show_and_its_json_report_the_val_to_test_gap(noisy):
     assert "final selection" not in call("show", "plain", "--db", db)
     log = call("log", "sel", "--db", db)
     assert "SelectionScored" in log and "FinalSelected" in log
+    # end-of-run events: filed under no step (not on a step's page, nor in its cost)
+    rows = [s for s in lineage_events(result.store, "sel") if s.type in ("SelectionScored", "FinalSelected")]
+    assert len(rows) == 4 and all(s.step is None for s in rows)
+    assert not [e for e in json.loads(call("log", "sel", "--step", str(picked.from_step), "--json", "--db", db))
+                if e["type"] in ("SelectionScored", "FinalSelected")]
 
 
 def test_the_dashboard_run_page_shows_the_gap_and_the_candidates(noisy):

@@ -58,7 +58,7 @@ def score_candidate(ctx: RunContext, state: RunState) -> list[Event]:
     cand = candidates(cfg, state)[rank]
     split = rules.selection_split(cfg.final_selection)
     scores, blob, usage = evaluate_cached(ctx, state, cand.skill, split)
-    return [SelectionScored(rank=rank, skill=cand.skill, step=cand.step, val_score=cand.val, split=split,
+    return [SelectionScored(rank=rank, skill=cand.skill, from_step=cand.step, val_score=cand.val, split=split,
                             scores=scores, cached=blob is None, results=blob, usage_by_role=usage)]
 
 
@@ -67,13 +67,13 @@ def select_final(ctx: RunContext, state: RunState) -> list[Event]:
     chosen = rules.choose([s.scores.gate for s in scored])
     pick, best = scored[chosen], scored[0]
     if chosen == 0:
-        reason = (f"the best on val (step {best.step}, val {best.val_score:.4f}) is also the best of {len(scored)} "
-                  f"on {pick.split}: {pick.scores.gate:.4f}")
+        reason = (f"the best on val (step {best.from_step}, val {best.val_score:.4f}) is also the best of "
+                  f"{len(scored)} on {pick.split}: {pick.scores.gate:.4f}")
     else:
-        reason = (f"step {pick.step}'s skill scores {pick.scores.gate:.4f} on {pick.split}, above the best on val "
-                  f"(step {best.step}: {best.scores.gate:.4f}); val {pick.val_score:.4f} vs {best.val_score:.4f}")
-    return [FinalSelected(split=pick.split, chosen=chosen, skill=pick.skill, step=pick.step,
+        reason = (f"step {pick.from_step}'s skill scores {pick.scores.gate:.4f} on {pick.split}, above the best on val "
+                  f"(step {best.from_step}: {best.scores.gate:.4f}); val {pick.val_score:.4f} vs {best.val_score:.4f}")
+    return [FinalSelected(split=pick.split, chosen=chosen, skill=pick.skill, from_step=pick.from_step,
                           val_score=pick.val_score, selection_score=pick.scores.gate, best_val=best.val_score,
-                          candidates=[Candidate(skill=s.skill, step=s.step, val_score=s.val_score,
+                          candidates=[Candidate(skill=s.skill, step=s.from_step, val_score=s.val_score,
                                                 selection_score=s.scores.gate) for s in scored],
                           reason=reason)]
