@@ -13,25 +13,25 @@ from skillstate.state import RunState
 
 
 def gap_summary(state: RunState) -> dict[str, Any] | None:
-    """The gap as plain data, or None before the final skill's test evaluation
-    (or in an evaluation run)."""
+    """The gap as plain data: None in an evaluation run, or before both the
+    final skill's test evaluation and the final selection (with `eval_test:
+    false` the selection is there and the test fields are None)."""
     test = state.tests.get("best")
-    if state.kind != "train" or test is None:
-        return None
     sel = state.final_selection
     best_val = sel.best_val if sel is not None else state.best_score
-    if best_val is None:
+    if state.kind != "train" or (test is None and sel is None) or best_val is None:
         return None
+    score = test.scores.gate if test is not None else None
     out: dict[str, Any] = {
         "metric": state.config.get("gate_metric"), "best_val": best_val, "final_step": state.best_step,
-        "final_val": state.best_score, "test": test.scores.gate, "val_to_test_gap": best_val - test.scores.gate,
+        "final_val": state.best_score, "test": score, "val_to_test_gap": None if score is None else best_val - score,
         "selection": None,
     }
     if sel is not None:
         out["selection"] = {
             "split": sel.split, "n": state.selection_scored[sel.chosen].scores.n if state.selection_scored else None,
             "chosen": sel.chosen, "score": sel.selection_score,
-            "selection_to_test_gap": sel.selection_score - test.scores.gate,
+            "selection_to_test_gap": None if score is None else sel.selection_score - score,
             "picked_over_best_val": sel.chosen != 0, "reason": sel.reason,
             "candidates": [c.model_dump() for c in sel.candidates],
         }
@@ -39,16 +39,21 @@ def gap_summary(state: RunState) -> dict[str, Any] | None:
 
 
 def gap_lines(gap: dict[str, Any] | None) -> list[str]:
-    """The summary's lines on the gap (none before the test evaluation)."""
+    """The summary's lines on the gap (none before the test evaluation or the final selection)."""
     if not gap:
         return []
-    lines = [f"val-to-test gap {gap['val_to_test_gap']:+.3f} ({gap['metric']}): best val {gap['best_val']:.3f}, "
-             f"final skill (step {gap['final_step']}) test {gap['test']:.3f}"]
     sel = gap["selection"]
+    if gap["test"] is None:
+        lines = [f"best val {gap['best_val']:.3f} ({gap['metric']}); the final skill (step {gap['final_step']}) was "
+                 "not scored on test (eval_test: false)"]
+    else:
+        lines = [f"val-to-test gap {gap['val_to_test_gap']:+.3f} ({gap['metric']}): best val {gap['best_val']:.3f}, "
+                 f"final skill (step {gap['final_step']}) test {gap['test']:.3f}"]
     if sel is None:
         return lines
-    lines.append(f"final selection on {sel['split']} ({sel['n']} items, held out from the gate): "
-                 f"{sel['score']:.3f} there, test {gap['test']:.3f}: gap {sel['selection_to_test_gap']:+.3f}")
+    held = f"final selection on {sel['split']} ({sel['n']} items, held out from the gate): {sel['score']:.3f} there"
+    lines.append(held if gap["test"] is None else
+                 f"{held}, test {gap['test']:.3f}: gap {sel['selection_to_test_gap']:+.3f}")
     for rank, c in enumerate(sel["candidates"]):
         mark = "picked" if rank == sel["chosen"] else ""
         lines.append(f"  step {c['step']:>3}  val {c['val_score']:.3f}  {sel['split']} {c['selection_score']:.3f}  "

@@ -244,6 +244,24 @@ def test_old_logs_and_runs_without_the_key_keep_their_behaviour(noisy):
     assert load_run(result.store, "plain").state.final_selection is None
 
 
+def test_without_a_test_evaluation_the_selection_is_still_reported(tmp_path):
+    db = f"sqlite:///{tmp_path / 'nt.db'}"
+    call("run", "--run-id", "nt", "--epochs", "1", "-q", "--set", "eval_test=false", "--set",
+         "final_selection.enabled=true", "--db", db)
+    gap = json.loads(call("show", "nt", "--json", "--db", db))["val_to_test"]
+    assert gap["test"] is None and gap["val_to_test_gap"] is None and gap["selection"]["n"] == 20
+    assert gap["selection"]["selection_to_test_gap"] is None
+    text = call("show", "nt", "--db", db)
+    assert "was not scored on test" in text and "final selection on selection" in text
+    store = open_read_only(db)
+    try:
+        with TestClient(create_app(store, allowed_hosts=["testserver"])) as client:
+            page = client.get("/runs/nt")
+    finally:
+        store.close()
+    assert page.status_code == 200 and 'id="final-selection"' in page.text and "not scored" in page.text
+
+
 def test_the_plan_counts_the_re_scoring_calls():
     from skillstate.config import SkillConfig
     from skillstate.plan import plan_run
