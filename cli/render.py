@@ -9,6 +9,7 @@ from typing import Any
 import click
 from rich.cells import cell_len
 
+from skillstate import selection_report
 from skillstate.cli.notes import tool_use_lines, unrecorded_lines
 from skillstate.cli.tables import MIN_SHRUNK, Col, clip, output_width, table_lines, wrapped
 from skillstate.engine.context import Progress
@@ -43,6 +44,7 @@ from skillstate.events import (
 from skillstate.events_repair import EditsAblated
 from skillstate.history import status_of
 from skillstate.reducer import RunState
+from skillstate.selection_events import FinalSelected, SelectionScored
 
 
 def fmt(value: float | None) -> str:
@@ -130,6 +132,8 @@ class ProgressPrinter:
             return f"stopped        {event_summary(ev)}"
         if t in EPOCH_EVENTS:
             return f"{'final' if t == 'FinalValidated' else 'epoch end':15}{t}  {event_summary(ev)}"
+        if t in ("SelectionScored", "FinalSelected"):
+            return f"final          {t}  {event_summary(ev)}"
         return None
 
 
@@ -252,6 +256,9 @@ def summary_text(s: dict[str, Any], width: int | None = None) -> str:
     if "baseline" in test and "best" in test:
         lines.append("")
         lines.extend(task_type_lines(test["baseline"]["by_task_type"], test["best"]["by_task_type"], width))
+    if s.get("val_to_test"):
+        lines.append("")
+        lines.extend(line for text in selection_report.gap_lines(s["val_to_test"]) for line in wrapped(text, width))
     lines.append("")
     lines.extend(usage_lines(s["usage"], width))
     lines.extend(unrecorded_lines(s["usage"], width))
@@ -408,6 +415,8 @@ def event_summary(ev: Event) -> str:
         return f"current {fmt(ev.score)} vs best {fmt(ev.best_score)}: {verdict}"
     if isinstance(ev, StopConditionMet):
         return f"{ev.condition}: {ev.reason}"
+    if isinstance(ev, (SelectionScored, FinalSelected)):
+        return selection_report.event_summary(ev)
     if isinstance(ev, RunCompleted):
         return f"best {fmt(ev.best_score)} at step {ev.best_step}"
     return ""

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_va
 
 from skillstate.config_section import Section, is_stored
 from skillstate.errors import ConfigError
+from skillstate.final_selection import FinalSelectionConfig
 
 Backend = Literal["sim", "openai"]
 Scheduler = Literal["constant", "linear", "cosine"]
@@ -184,6 +185,7 @@ class SkillConfig(Section):
                              "retrieved per task (SkillRL).")
     bank: BankConfig = Field(default_factory=BankConfig)
     sim: SimConfig = Field(default_factory=SimConfig)
+    final_selection: FinalSelectionConfig = Field(default_factory=FinalSelectionConfig)
 
     # training schedule
     num_epochs: int = Field(4, ge=1, le=100_000)

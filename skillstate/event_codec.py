@@ -40,6 +40,7 @@ from skillstate.events import (
     TestEvaluated,
 )
 from skillstate.events_repair import EditsAblated
+from skillstate.selection_events import FinalSelected, SelectionScored
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
@@ -49,6 +50,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         GateDecided, TestEvaluated, EpochCompared, SlowUpdateProposed, SlowUpdateDecided, MetaSkillWritten,
         EpochEnded, FinalValidated, StopConditionMet, SkillsDistilled, BankValidated, BankEvolved, BankSeeded,
         EditsAblated,
+        SelectionScored, FinalSelected,
     )
 }
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from skillstate import gate as gate_rules
+from skillstate import selection_fold
 from skillstate.errors import CorruptLogError
 from skillstate.events import (
     BankEvolved,
@@ -44,6 +45,7 @@ from skillstate.events import (
     Usage,
 )
 from skillstate.events_repair import EditsAblated
+from skillstate.selection_events import FinalSelected, SelectionScored
 from skillstate.state import (  # noqa: F401  (re-exported: the state's shapes and accessors)
     EMPTY,
     BoundaryProgress,
@@ -80,6 +82,7 @@ STAGE_OF = {
     "SlowUpdateDecided": "slow_update",
     "MetaSkillWritten": "meta_skill",
     "TestEvaluated": "test",
+    "SelectionScored": "final_select",
 }
 
 
@@ -306,6 +309,9 @@ def reduce(state: RunState, event: Event) -> RunState:
         if state.progress is not None or state.boundary is not None:
             raise FoldError("RunCompleted in the middle of a step")
         return replace(state, completed=True)
+
+    if isinstance(event, (SelectionScored, FinalSelected)):  # final_selection (skillstate.selection_fold)
+        return selection_fold.reduce_selection(state, event)
 
     raise FoldError(f"the reducer does not know {event.type}")
 

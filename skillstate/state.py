@@ -33,6 +33,7 @@ from skillstate.events import (
     Usage,
 )
 from skillstate.events_repair import EditsAblated
+from skillstate.selection_events import FinalSelected, SelectionScored
 
 EMPTY: Mapping = MappingProxyType({})
 
@@ -162,6 +163,8 @@ class RunState:
     trajectories: str | None = None  # mode bank: the imported trajectories' blob
     seeded: bool = False  # mode bank: the imported trajectories were distilled (BankSeeded)
     start_skill: str | None = None  # what the baseline scores and step 1 starts from: the initial skill or seeded bank
+    selection_scored: tuple[SelectionScored, ...] = ()  # final_selection: the candidates re-scored so far
+    final_selection: FinalSelected | None = None  # final_selection: the pick (the best skill since)
 
     @property
     def started(self) -> bool:

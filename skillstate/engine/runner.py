@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from skillstate.config import RUNTIME_KEYS, SkillConfig, redact, stored_config
-from skillstate.engine import ahead, bank, epoch, reflect, repair, stages, update
+from skillstate.engine import ahead, bank, epoch, final_select, reflect, repair, stages, update
 from skillstate.engine.context import ProgressCallback, RunContext, RunLog, StoreLog
 from skillstate.engine.create import (  # noqa: F401  (re-exported)
     FIXED_ON_FORK,
@@ -72,6 +72,8 @@ STAGES: dict[str, Stage] = {
     "meta_skill": epoch.meta_skill,
     "end_epoch": epoch.end_epoch,
     "final_validate": epoch.final_validate,
+    "final_score": final_select.score_candidate,
+    "final_select": final_select.select_final,
     "test_baseline": stages.test_eval("baseline"),
     "test_best": stages.test_eval("best"),
     "eval_skill": stages.eval_skill,
@@ -96,6 +98,8 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
             return "start_step"
         if cfg.use_slow_update and not state.final_validated:
             return "final_validate"
+        if (selecting := final_select.next_selection_stage(cfg, state)) is not None:
+            return selecting
         if cfg.eval_test and "baseline" not in state.tests:
             return "test_baseline"
         if cfg.eval_test and "best" not in state.tests:
