@@ -87,7 +87,9 @@ def run_skillstate(spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "wall_s": wall, "stages_s": clock.close(), "status": s["status"], "steps": s["steps"],
         "accepts": s["accepts"], "rejects": s["rejects"], "skips": s["skips"],
-        "val_baseline": s["baseline_score"], "val_best": s["best_score"],
+        "val_baseline": s["baseline_score"],
+        "val_best": (s.get("val_to_test") or {}).get("best_val", s["best_score"]),  # final selection: not the pick's
+        "val_to_test": s.get("val_to_test"),
         "test_baseline": s["test"]["baseline"]["hard"], "test_best": s["test"]["best"]["hard"],
         "unused": unused_calls(s),
         "sent": {role: u.get("sent", u["calls"]) for role, u in s["usage"].items()}, "best_skill": result.best_skill,

@@ -43,11 +43,14 @@ def runs(as_json, db) -> None:
     rows = run_rows(store, store.list_runs())
     if as_json:
         echo_json(rows)
-        return
-    if not rows:
+    elif not rows:
         click.echo("no runs yet; start one with: skillstate run")
-        return
-    click.echo("\n".join(runs_lines(rows)))
+    else:
+        click.echo("\n".join(runs_lines(rows)))
+    damaged = [r for r in rows if r["status"] == "damaged"]
+    if damaged:  # every run is listed, and the damage is not silent: exit 1, as audit does
+        more = f" (and {len(damaged) - 1} more damaged)" if len(damaged) > 1 else ""
+        raise click.ClickException(f"{damaged[0]['problem']}{more} (run `skillstate audit` for details)")
 
 
 @cli.command()

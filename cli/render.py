@@ -9,6 +9,7 @@ from typing import Any
 import click
 from rich.cells import cell_len
 
+from skillstate import selection_report
 from skillstate.cli.notes import tool_use_lines, unrecorded_lines
 from skillstate.cli.tables import MIN_SHRUNK, Col, clip, output_width, table_lines, wrapped
 from skillstate.engine.context import Progress
@@ -40,9 +41,11 @@ from skillstate.events import (
     StopConditionMet,
     TestEvaluated,
 )
+from skillstate.events_repair import EditsAblated
 from skillstate.history import status_of
 from skillstate.prune_events import PruneDecided, PruneProposed
 from skillstate.reducer import RunState
+from skillstate.selection_events import FinalSelected, SelectionScored
 
 
 def fmt(value: float | None) -> str:
@@ -120,6 +123,8 @@ class ProgressPrinter:
             return f"    evaluate   {ev.split}: gate {fmt(ev.scores.gate)}{cached}"
         if isinstance(ev, GateDecided):
             return f"    gate       {ev.decision}: {ev.reason}"
+        if isinstance(ev, EditsAblated):
+            return f"    repair     {event_summary(ev)}"
         if isinstance(ev, TestEvaluated):
             where = f"test           {ev.label}" if ev.label != "eval" else f"eval           {ev.split}"
             return f"{where}: hard {fmt(ev.scores.hard)}  soft {fmt(ev.scores.soft)}"
@@ -130,6 +135,8 @@ class ProgressPrinter:
             return f"{'final' if t == 'FinalValidated' else 'epoch end':15}{t}  {event_summary(ev)}"
         if t in ("PruneProposed", "PruneDecided"):
             return f"    prune      {event_summary(ev)}"
+        if t in ("SelectionScored", "FinalSelected"):
+            return f"final          {t}  {event_summary(ev)}"
         return None
 
 
@@ -252,6 +259,9 @@ def summary_text(s: dict[str, Any], width: int | None = None) -> str:
     if "baseline" in test and "best" in test:
         lines.append("")
         lines.extend(task_type_lines(test["baseline"]["by_task_type"], test["best"]["by_task_type"], width))
+    if s.get("val_to_test"):
+        lines.append("")
+        lines.extend(line for text in selection_report.gap_lines(s["val_to_test"]) for line in wrapped(text, width))
     lines.append("")
     lines.extend(usage_lines(s["usage"], width))
     lines.extend(unrecorded_lines(s["usage"], width))
@@ -323,11 +333,20 @@ def log_lines(events, lineage: bool, width: int | None = None) -> list[str]:
 
 
 def run_rows(store, rows) -> list[dict[str, Any]]:
+    """A row per run; a run whose log is damaged is one with status `damaged` and its `problem`, so that
+    one damaged log hides no other run."""
     from skillstate.engine.runner import load_run
+    from skillstate.errors import CorruptLogError
 
-    out = []
+    out: list[dict[str, Any]] = []
     for row in rows:
-        state = load_run(store, row.run_id).state
+        try:
+            state = load_run(store, row.run_id).state
+        except CorruptLogError as err:
+            out.append({"run_id": row.run_id, "parent_run_id": row.parent_run_id, "fork_step": row.fork_step,
+                        "created_at": row.created_at.isoformat() if row.created_at else None, "status": "damaged",
+                        "baseline_score": None, "best_score": None, "best_step": None, "problem": str(err)})
+            continue
         out.append({
             "run_id": row.run_id, "parent_run_id": row.parent_run_id, "fork_step": row.fork_step,
             "created_at": row.created_at.isoformat() if row.created_at else None,
@@ -377,6 +396,8 @@ def event_summary(ev: Event) -> str:
         return ", ".join(f"{r.op}:{r.status}" for r in ev.report) or "no edits"
     if isinstance(ev, GateDecided):
         return f"{ev.decision}: {ev.reason}"
+    if isinstance(ev, EditsAblated):
+        return ev.reason
     if isinstance(ev, LearningRateChosen):
         return f"apply {ev.chosen} of {ev.candidates} ({ev.status}{', asked ' + ev.requested if ev.requested else ''})"
     if isinstance(ev, EpochCompared):
@@ -397,6 +418,8 @@ def event_summary(ev: Event) -> str:
         return f"current {fmt(ev.score)} vs best {fmt(ev.best_score)}: {verdict}"
     if isinstance(ev, StopConditionMet):
         return f"{ev.condition}: {ev.reason}"
+    if isinstance(ev, (SelectionScored, FinalSelected)):
+        return selection_report.event_summary(ev)
     if isinstance(ev, RunCompleted):
         return f"best {fmt(ev.best_score)} at step {ev.best_step}"
     if isinstance(ev, PruneProposed):
@@ -420,6 +443,10 @@ def why_text(info: dict[str, Any]) -> str:
         for d in c.get("deleted", []):
             of = f" of {d['of']!r}" if d["of"] else ""
             lines.append(f"    deleted {d['line']!r}: {' and '.join(d['reasons'])}{of}")
+    for d in info.get("dropped", []):  # repair: ablate
+        lines.append(f"  step {d['step']}: dropped by the repair: {d['op']} {d['content'][:200]!r} broke "
+                     f"{', '.join(d['broke'])} ({d['items']} items scored {d['candidate_score']:.3f} with it, "
+                     f"{d['without_score']:.3f} without it, {d['recovered']:+g})")
     origin = info["origin"]
     if origin is None:
         if info["in_current_skill"] and info["in_initial_skill"]:

@@ -80,6 +80,8 @@ def step_text(d: dict[str, Any], width: int | None = None) -> str:
         ev = d["evaluation"]
         lines.extend(wrapped(f"candidate on {ev['split']}: hard {fmt(ev['hard'])} soft {fmt(ev['soft'])} "
                              f"gate {fmt(ev['gate'])}" + (" (score cache)" if ev["cached"] else ""), width))
+    if "repair" in d:
+        lines.extend(repair_lines(d["repair"], width))
     if "decision" in d:
         lines.extend(wrapped(f"gate: {d['decision']['decision']} ({d['decision']['reason']})", width))
         lines.extend(verdict_lines(d["decision"], width))
@@ -103,4 +105,22 @@ def verdict_lines(dec: dict[str, Any], width: int) -> list[str]:
         losses = ", ".join(f"{t} {loss:+.4f}" for t, loss in g["losses"].items())
         lines.extend(wrapped(f"  type guard (margin {g['margin']:g}, loss per type): {losses}: "
                              f"{'pass' if g['passed'] else 'fail'}" + (at_best if g["bound"] else ""), width))
+    return lines
+
+
+def repair_lines(r: dict[str, Any], width: int) -> list[str]:
+    """The repair (repair: ablate): the types lost, each ablated edit, the repaired candidate's score."""
+    lines = wrapped(f"repair: {r['reason']}", width)
+    if r["affected_types"]:
+        lines.extend(wrapped(f"  lost: {', '.join(r['affected_types'])} ({r['items']} items: current "
+                             f"{fmt(r['current_score'])}, candidate {fmt(r['candidate_score'])})", width))
+    rows = [["dropped" if a["dropped"] else "kept", a["index"], fmt(a["score"]), f"{a['recovered']:+g}",
+             a["content"] or a["target"]] for a in r["ablations"]]
+    if rows:
+        lines.extend(table_lines([Col("verdict"), Col("edit", num=True), Col("without it", num=True),
+                                  Col("recovered", num=True), Col("content", shrink=True)], rows, width, indent=2))
+    if "evaluation" in r:
+        ev = r["evaluation"]
+        lines.extend(wrapped(f"  repaired candidate on {ev['split']}: hard {fmt(ev['hard'])} soft {fmt(ev['soft'])} "
+                             f"gate {fmt(ev['gate'])}" + (" (score cache)" if ev["cached"] else ""), width))
     return lines

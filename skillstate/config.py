@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_va
 
 from skillstate.config_section import Section, is_stored
 from skillstate.errors import ConfigError
+from skillstate.final_selection import FinalSelectionConfig
 
 Backend = Literal["sim", "openai"]
 Scheduler = Literal["constant", "linear", "cosine"]
@@ -184,6 +185,7 @@ class SkillConfig(Section):
                              "retrieved per task (SkillRL).")
     bank: BankConfig = Field(default_factory=BankConfig)
     sim: SimConfig = Field(default_factory=SimConfig)
+    final_selection: FinalSelectionConfig = Field(default_factory=FinalSelectionConfig)
 
     # training schedule
     num_epochs: int = Field(4, ge=1, le=100_000)
@@ -216,6 +218,14 @@ class SkillConfig(Section):
         "off", description="Propose deleting lines that do not earn their place (duplicates, near-duplicates, what "
                            "the prune prompt names) at each epoch end or after each step, decided by the gate.")
     prune_max_lines: int = Field(6, ge=1, description="prune: the most lines one proposal deletes.")
+    repair: Literal["off", "ablate"] = Field(
+        "off", description="ablate: when a candidate loses some task types while lifting others, remove its kept "
+                           "edits one at a time on the lost types' items, drop those whose removal recovers them, "
+                           "and gate the candidate without them (update_mode patch).")
+    repair_max_edits: int = Field(3, ge=1, description="repair ablate: at most this many edits ablated per step.")
+    repair_type_loss: float = Field(
+        0.3, ge=0.0, le=1.0, description="repair ablate: a task type is repaired when the candidate's mean gate "
+                                         "score on it is below the current skill's by more than this.")
 
     # the rest
     use_gate: bool = Field(

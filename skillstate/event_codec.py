@@ -39,7 +39,9 @@ from skillstate.events import (
     StopConditionMet,
     TestEvaluated,
 )
+from skillstate.events_repair import EditsAblated
 from skillstate.prune_events import PruneDecided, PruneProposed
+from skillstate.selection_events import FinalSelected, SelectionScored
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
@@ -49,6 +51,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         GateDecided, TestEvaluated, EpochCompared, SlowUpdateProposed, SlowUpdateDecided, MetaSkillWritten,
         EpochEnded, FinalValidated, StopConditionMet, SkillsDistilled, BankValidated, BankEvolved, BankSeeded,
         PruneProposed, PruneDecided,
+        EditsAblated,
+        SelectionScored, FinalSelected,
     )
 }
 

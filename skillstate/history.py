@@ -18,6 +18,7 @@ from skillstate.failures import failed_call_tokens, failed_calls, unused_calls
 from skillstate.llm.embeddings import ROLE as EMBEDDER
 from skillstate.pricing import cost_usd, price_for, sent_cost
 from skillstate.reducer import RunState, StepRecord, need, usage_totals
+from skillstate.selection_report import gap_summary
 from skillstate.store import Store
 from skillstate.tool_use import tool_use
 
@@ -144,6 +145,7 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
         "skips": s.count("skip"),
         "gate_metric": s.config.get("gate_metric"),
         "test": tests,
+        "val_to_test": gap_summary(s),
         "usage": usage,
         "usage_by_stage": {stage: {role: u.model_dump() for role, u in roles.items()}
                            for stage, roles in own.usage_by_stage.items()},

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skillstate.config import SkillConfig
+from skillstate.final_selection import selection_split
 from skillstate.pricing import cost_usd, price_for
 from skillstate.reducer import need
 from skillstate.scheduler import steps_per_epoch
@@ -77,6 +78,8 @@ def plan_run(config: SkillConfig, splits: dict[str, list[dict[str, Any]]], skill
         optimizer += epochs_with_boundary
     if config.use_meta_skill:
         optimizer += epochs_with_boundary
+    if config.final_selection.enabled:  # at most `top` skills re-scored on the selection split
+        target += config.final_selection.top * len(splits.get(selection_split(config.final_selection), []))
     target_prompt = _tokens(len(skill) + item_chars) + 20
     if multi_turn:
         target *= config.episode.max_turns

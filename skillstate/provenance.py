@@ -10,6 +10,7 @@ from skillstate.engine.loading import LoadedRun
 from skillstate.engine.runner import load_run
 from skillstate.errors import UserError
 from skillstate.events import Edit, GateDecided, PatchProposed, RolloutCompleted, SlowUpdateDecided
+from skillstate.events_repair import EditsAblated
 from skillstate.prune_events import PruneDecided, PruneProposed
 from skillstate.reducer import RunState, need, reduce
 from skillstate.store import Store
@@ -32,8 +33,11 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
     boundary_events: dict[int, list] = {}
     present = text in initial
     folded = RunState()
+    dropped: list[dict[str, Any]] = []
     for s in loaded.lineage:  # fold the log, noting every change of the current skill
         ev = s.event
+        if isinstance(ev, EditsAblated):  # repair: an edit left out because it did harm
+            dropped += dropped_edits(ev, text)
         before, proposal = folded.current_skill, folded.prune
         folded = reduce(folded, ev)
         step = getattr(ev, "step", None)
@@ -74,8 +78,9 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
         "text": text,
         **where,
         # False: the text was never in the run's current skill (nor is in its best): nothing to explain
-        "found": any(where.values()) or bool(changes),
+        "found": any(where.values()) or bool(changes) or bool(dropped),
         "changes": changes,
+        "dropped": dropped,
         "origin": origin,
     }
 
@@ -109,7 +114,11 @@ def _origin(store: Store, events: list, text: str) -> dict[str, Any]:
     report = built.report
     rollout: RolloutCompleted = by_type["RolloutCompleted"]
     results = {r.item_id: r for r in rollout.results}
-    kept = [(i, e) for i, e in enumerate(selected.edits) if _touches(e, text)] if selected else []
+    repaired = by_type.get("EditsAblated")
+    gone = set(repaired.dropped) if repaired is not None else set()
+    # the report is the built candidate's: after a repair, of the edits it kept
+    kept = [(k, e) for k, e in enumerate(e for i, e in enumerate(selected.edits) if i not in gone)
+            if _touches(e, text)] if selected else []
     patches: list[PatchProposed] = [ev for ev in events if ev.type == "PatchProposed"]
     proposals = []
     for patch in patches:
@@ -133,3 +142,11 @@ def _origin(store: Store, events: list, text: str) -> dict[str, Any]:
                        for i, e in kept],
         "proposed_by": proposals,
     }
+
+
+def dropped_edits(ev: EditsAblated, text: str) -> list[dict[str, Any]]:
+    """The edits a repair dropped that hold `text`, with what their ablation showed."""
+    return [{"step": ev.step, "op": a.edit.op, "content": a.edit.content, "broke": ev.affected_types,
+             "items": len(ev.item_ids), "candidate_score": ev.candidate_score, "without_score": a.score,
+             "recovered": a.recovered, "reason": ev.reason}
+            for a in ev.ablations if a.index in ev.dropped and _touches(a.edit, text)]

@@ -12,6 +12,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from skillstate import gate as gate_rules
+from skillstate import selection_fold
 from skillstate.errors import CorruptLogError
 from skillstate.events import (
     BankEvolved,
@@ -43,8 +44,10 @@ from skillstate.events import (
     TestEvaluated,
     Usage,
 )
+from skillstate.events_repair import EditsAblated
 from skillstate.prune_events import PruneDecided, PruneProposed
 from skillstate.prune_fold import fold_prune
+from skillstate.selection_events import FinalSelected, SelectionScored
 from skillstate.state import (  # noqa: F401  (re-exported: the state's shapes and accessors)
     EMPTY,
     BoundaryProgress,
@@ -71,6 +74,7 @@ STAGE_OF = {
     "EditsSelected": "select",
     "CandidateBuilt": "update",
     "CandidateEvaluated": "gate",
+    "EditsAblated": "repair",
     "SkillsDistilled": "distill",
     "BankValidated": "validate",
     "BankEvolved": "evolve",
@@ -82,6 +86,7 @@ STAGE_OF = {
     "TestEvaluated": "test",
     "PruneProposed": "prune",
     "PruneDecided": "prune",
+    "SelectionScored": "final_select",
 }
 
 
@@ -236,9 +241,15 @@ def reduce(state: RunState, event: Event) -> RunState:
         p = _progress(state, event)
         return replace(state, progress=replace(p, selected=event))
 
-    if isinstance(event, CandidateBuilt):
+    if isinstance(event, CandidateBuilt):  # a repaired candidate (after EditsAblated) is evaluated anew
         p = _progress(state, event)
-        return replace(state, progress=replace(p, candidate=event))
+        return replace(state, progress=replace(p, candidate=event, evaluation=None))
+
+    if isinstance(event, EditsAblated):
+        p = _progress(state, event)
+        if p.evaluation is None or p.repair is not None:
+            raise FoldError("EditsAblated before the candidate was evaluated, or twice")
+        return replace(state, progress=replace(p, repair=event))
 
     if isinstance(event, CandidateEvaluated):
         p = _progress(state, event)
@@ -306,6 +317,9 @@ def reduce(state: RunState, event: Event) -> RunState:
         if state.progress is not None or state.boundary is not None:
             raise FoldError("RunCompleted in the middle of a step")
         return replace(state, completed=True)
+
+    if isinstance(event, (SelectionScored, FinalSelected)):  # final_selection (skillstate.selection_fold)
+        return selection_fold.reduce_selection(state, event)
 
     raise FoldError(f"the reducer does not know {event.type}")
 

@@ -32,7 +32,9 @@ from skillstate.events import (
     TestEvaluated,
     Usage,
 )
+from skillstate.events_repair import EditsAblated
 from skillstate.prune_events import PruneProposed
+from skillstate.selection_events import FinalSelected, SelectionScored
 
 EMPTY: Mapping = MappingProxyType({})
 
@@ -56,6 +58,7 @@ class StepProgress:
     selected: EditsSelected | None = None
     candidate: CandidateBuilt | None = None
     evaluation: CandidateEvaluated | None = None
+    repair: EditsAblated | None = None  # repair: ablate (the candidate after it, when repaired, is `candidate`)
     # mode bank: the step's distillation, validation and evolution
     distilled: SkillsDistilled | None = None
     validated: BankValidated | None = None
@@ -164,6 +167,8 @@ class RunState:
     prune: PruneProposed | None = None  # prune: the proposal awaiting its decision
     pruned_step: int = 0  # prune: the last step after which the prune was decided
     prune_rejected: tuple[tuple[str, str], ...] = ()  # prune: (skill, line) of each deletion the gate turned down
+    selection_scored: tuple[SelectionScored, ...] = ()  # final_selection: the candidates re-scored so far
+    final_selection: FinalSelected | None = None  # final_selection: the pick (the best skill since)
 
     @property
     def started(self) -> bool:

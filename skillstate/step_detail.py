@@ -23,6 +23,7 @@ from skillstate.events import (
     SkillsDistilled,
     StepStarted,
 )
+from skillstate.events_repair import EditsAblated
 from skillstate.failures import failed_calls
 from skillstate.store import Store
 
@@ -82,15 +83,20 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
         elif isinstance(ev, BankValidated):
             out["validated"] = {"split": ev.split, "gate": ev.scores.gate,
                                 "by_category": {t: v.hard for t, v in ev.scores.by_task_type.items()}}
+        elif isinstance(ev, EditsAblated):
+            out["repair"] = repair_detail(ev)
+        elif isinstance(ev, CandidateBuilt) and "repair" in out:  # the repaired candidate
+            out["repair"]["apply_report"] = [r.model_dump() for r in ev.report]
+            out["skills"]["repaired"] = ev.skill
+        elif isinstance(ev, CandidateEvaluated) and "repair" in out:
+            out["repair"]["evaluation"] = _evaluation(ev)
         elif isinstance(ev, CandidateBuilt):
             out["apply_report"] = [r.model_dump() for r in ev.report]
             out["skills"] = {"base": ev.base_skill, "candidate": ev.skill}
             out["candidate_changed"] = ev.changed
             out["update"] = {"method": ev.method, "status": ev.status, "block_restored": ev.block_restored}
         elif isinstance(ev, CandidateEvaluated):
-            out["evaluation"] = {"split": ev.split, "hard": ev.scores.hard, "soft": ev.scores.soft,
-                                 "gate": ev.scores.gate, "cached": ev.cached,
-                                 "partial": ev.partial.model_dump(exclude={"item_ids"}) if ev.partial else None}
+            out["evaluation"] = _evaluation(ev)
         elif isinstance(ev, GateDecided):
             out["decision"] = {"decision": ev.decision, "candidate_score": ev.candidate_score,
                                "current_score_before": ev.current_score, "best_score_before": ev.best_score,
@@ -99,3 +105,17 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
                 out["decision"].update(rule=ev.rule, paired=ev.paired.model_dump() if ev.paired else None,
                                        type_guard=ev.type_guard.model_dump() if ev.type_guard else None)
     return out
+
+
+def _evaluation(ev: CandidateEvaluated) -> dict[str, Any]:
+    return {"split": ev.split, "hard": ev.scores.hard, "soft": ev.scores.soft, "gate": ev.scores.gate,
+            "cached": ev.cached, "partial": ev.partial.model_dump(exclude={"item_ids"}) if ev.partial else None}
+
+
+def repair_detail(ev: EditsAblated) -> dict[str, Any]:
+    """The repair (repair: ablate): the types lost, each ablated edit's outcome, the edits dropped."""
+    return {"reason": ev.reason, "changes": ev.changes, "affected_types": ev.affected_types,
+            "items": len(ev.item_ids), "current_score": ev.current_score, "candidate_score": ev.candidate_score,
+            "dropped": ev.dropped, "repaired": ev.skill is not None,
+            "ablations": [{"index": a.index, **_edit(a.edit), "score": a.score, "recovered": a.recovered,
+                           "harmful": a.harmful, "dropped": a.index in ev.dropped} for a in ev.ablations]}

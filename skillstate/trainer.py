@@ -15,6 +15,7 @@ from skillstate.config import SkillConfig, public_config, semantic_view, stored_
 from skillstate.engine.context import ProgressCallback
 from skillstate.engine.runner import (
     BackendFactory,
+    check_backend_factory,
     continue_run,
     create_run,
     fork_run,
@@ -86,6 +87,7 @@ class Trainer:
             if self.config is not None:
                 check_resumable(load_run(self.store, self.run_id).state, self.config, self.run_id)
             return self.run_id
+        check_backend_factory(self.config or SkillConfig(), self.backend_factory)  # before the run exists
         self.run_id = create_run(self.store, self.config or SkillConfig(), self.run_id)
         return self.run_id
 
@@ -118,6 +120,7 @@ def evaluate_skill(config: SkillConfig, split: str = "test", *, db: str | None =
     name = roles.get(split, split)
     if name not in roles.values():
         raise UserError(f"unknown split {split!r}: use train, val or test")
+    check_backend_factory(config, backend_factory)
     store = store or open_store(db)
     rid = create_run(store, config, run_id, eval_split=name)
     state = continue_run(store, rid, runtime=config, on_progress=on_progress, backend_factory=backend_factory)

@@ -201,6 +201,13 @@ def test_1_a_log_damaged_before_this_check_hides_no_other_run_on_the_dashboard(t
         assert client.get("/runs/fine").status_code == 200
         assert "Damaged log" in client.get("/runs/nan").text
     store.close()
+    listed = invoke("runs", "--db", db)  # `runs` too lists every run, the damaged one as damaged, and says so
+    assert listed.exit_code == 1 and "Traceback" not in listed.output
+    table = {line.split()[0]: line.split()[1] for line in listed.output.splitlines()[2:] if line.split()}
+    assert table["fine"] == "completed" and table["nan"] == "damaged", listed.output
+    assert listed.output.strip().splitlines()[-1].startswith("Error: run nan")
+    as_json = {r["run_id"]: r for r in json.loads(invoke("runs", "--db", db, "--json").stdout)}
+    assert as_json["nan"]["status"] == "damaged" and as_json["fine"]["best_score"] is not None
 
 
 # 2. An environment that cannot be built -----------------------------------------------------------------------

@@ -374,3 +374,19 @@ def test_a_run_stored_before_the_checks_still_resumes_and_verifies(tmp_path):
     assert result.state.completed
     assert verify(store, "old").ok
     store.close()
+
+
+def test_a_custom_backend_factory_on_ray_is_refused_before_the_run_exists(tmp_path):
+    """Python API: Trainer and evaluate_skill refuse the combination before creating a run (no cluster needed)."""
+    from skillstate.engine.runner import make_backend
+    from skillstate.trainer import evaluate_skill
+
+    store = Store(f"sqlite:///{tmp_path / 'f.db'}")
+    with pytest.raises(ConfigError, match="custom backend factory"):
+        Trainer(SkillConfig(executor="ray"), store=store, run_id="f", backend_factory=make_backend).train()
+    skill = tmp_path / "skill.md"
+    skill.write_text("# A skill\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="custom backend factory"):
+        evaluate_skill(SkillConfig(executor="ray", initial_skill=str(skill)), store=store, backend_factory=make_backend)
+    assert store.list_runs() == []
+    store.close()

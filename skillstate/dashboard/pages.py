@@ -16,6 +16,7 @@ from skillstate.events import RunForked
 from skillstate.history import status_of
 from skillstate.pricing import sent_cost
 from skillstate.reducer import need
+from skillstate.selection_report import gap_summary
 from skillstate.step_detail import step_detail
 
 # A sentence ends at . ! or ? followed by space; a line of the skill is split
@@ -94,6 +95,7 @@ def run_page(cache: RunCache, run_id: str, all_steps: bool = False) -> dict[str,
         "from_log": max(curves["own_calls"] - row["sent_calls"], 0),
         "failed": {"count": sum(failed.values()), "common": max(failed, key=failed.__getitem__) if failed else None},
         "steps_shown": list(reversed(shown)), "steps_hidden": len(steps) - len(shown),
+        "val_to_test": gap_summary(state),
     }
 
 
@@ -125,7 +127,8 @@ def step_page(cache: RunCache, run_id: str, step: int) -> dict[str, Any]:
     skills = detail.get("skills")
     diff = None
     if skills:
-        diff = skill_diff(cache.store.get_blob(skills["base"]), cache.store.get_blob(skills["candidate"]))
+        gated = skills.get("repaired", skills["candidate"])  # repair: ablate gates the repaired candidate
+        diff = skill_diff(cache.store.get_blob(skills["base"]), cache.store.get_blob(gated))
     steps = [r.step for r in loaded.state.history]
     return {"run": run_row(cache, run_id), "detail": detail, "diff": diff,
             "prev": max((s for s in steps if s < step), default=None),

@@ -18,6 +18,7 @@ from skillstate.envs.registry import construct_env, env_settings, resolve_env
 from skillstate.envs.tools import ToolEnv
 from skillstate.errors import ConfigError, DataError, UserError
 from skillstate.events import RunForked, RunStarted
+from skillstate.final_selection import check_fork_selection, with_selection_split
 from skillstate.input_files import read_input_text
 from skillstate.lease import host_id, lease_ttl
 from skillstate.llm.base import FatalLLMError
@@ -140,6 +141,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     settings = env_settings(env_cls, config.env_config, config.env)
     config = config.model_copy(update={"env_config": settings.model_dump(mode="json")})  # stored with defaults
     splits, default_skill = _dataset(config, env_cls, settings)
+    splits = splits if eval_split else with_selection_split(config, splits, env_cls)  # final_selection
     if eval_split is not None and eval_split not in splits:
         raise ConfigError(f"unknown split {eval_split!r} (this run's splits: {', '.join(splits)})")
     if config.mode == "bank" and config.bank.embedder == "local":
@@ -190,6 +192,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
 # Keys a fork may not change: they define what the inherited state means (the episode keys decide what an
 # inherited score measured; the analysts' window, episode.reflect_*, may change).
 FIXED_ON_FORK = ("env", "env_config", "data", "train_split", "val_split", "test_split", "initial_skill", "mode",
+                 "final_selection.split", "final_selection.carve_from", "final_selection.size",
                  "bank.trajectories", "gate_length_penalty",
                  "episode.max_turns", "episode.max_invalid", "episode.history", "episode.max_observation_chars")
 
@@ -220,6 +223,7 @@ def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, A
             raise ConfigError(f"a fork cannot change {fixed}: it inherits the parent's data, starting skill and the "
                               "episode settings its scores were measured with")
     config = validate_config(merge_overrides(dict(state.config), overrides))
+    check_fork_selection(config, state.dataset)
     prompts = dict(state.prompts)
     blobs: dict[str, str] = {}
     inherited = dict(state.config.get("prompts", {}))

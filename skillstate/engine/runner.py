@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from skillstate.config import RUNTIME_KEYS, SkillConfig, redact, stored_config
-from skillstate.engine import ahead, bank, epoch, prune, reflect, stages, update
+from skillstate.engine import ahead, bank, epoch, final_select, prune, reflect, repair, stages, update
 from skillstate.engine.context import ProgressCallback, RunContext, RunLog, StoreLog
 from skillstate.engine.create import (  # noqa: F401  (re-exported)
     FIXED_ON_FORK,
@@ -65,6 +65,7 @@ STAGES: dict[str, Stage] = {
     "evolve": bank.evolve,
     "evaluate": stages.evaluate_candidate,
     "gate": stages.decide,
+    "repair": repair.ablate,
     "epoch_compare": epoch.compare_epochs,
     "slow_update": epoch.slow_update,
     "slow_update_decide": epoch.slow_update_decide,
@@ -73,6 +74,8 @@ STAGES: dict[str, Stage] = {
     "final_validate": epoch.final_validate,
     "prune_propose": prune.propose,
     "prune_decide": prune.decide,
+    "final_score": final_select.score_candidate,
+    "final_select": final_select.select_final,
     "test_baseline": stages.test_eval("baseline"),
     "test_best": stages.test_eval("best"),
     "eval_skill": stages.eval_skill,
@@ -99,6 +102,8 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
             return "start_step"
         if cfg.use_slow_update and not state.final_validated:
             return "final_validate"
+        if (selecting := final_select.next_selection_stage(cfg, state)) is not None:
+            return selecting
         if cfg.eval_test and "baseline" not in state.tests:
             return "test_baseline"
         if cfg.eval_test and "best" not in state.tests:
@@ -123,6 +128,8 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
         return "update"
     if p.evaluation is None:
         return "evaluate"
+    if repair.due(cfg, p):
+        return "repair"
     return "gate"
 
 
@@ -183,6 +190,13 @@ def make_backend(config: SkillConfig, env: SkillEnv, role: str) -> LLMClient:
 BackendFactory = Callable[[SkillConfig, SkillEnv, str], LLMClient]
 
 
+def check_backend_factory(config: SkillConfig, backend_factory: BackendFactory | None) -> None:
+    """A custom backend factory runs on executor threads only (checked before a run is created, too)."""
+    if backend_factory is not None and config.executor == "ray":
+        raise ConfigError("executor ray builds the target's backend on each worker: a custom backend factory "
+                          "runs on executor threads only")
+
+
 def build_context(store: Store, run_id: str, state: RunState, config: SkillConfig, log: RunLog, *,
                   on_progress: ProgressCallback | None = None, verify_until=None,
                   backend_factory: BackendFactory | None = None) -> RunContext:
@@ -193,9 +207,8 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
     scope = None if config.llm_cache == "all" else lineage_run_ids(store, run_id)
     factory = backend_factory or make_backend
     verifying = verify_until is not None
-    if backend_factory is not None and config.executor == "ray" and not verifying:
-        raise ConfigError("executor ray builds the target's backend on each worker: a custom backend factory "
-                          "runs on executor threads only")
+    if not verifying:
+        check_backend_factory(config, backend_factory)
     budget = None if verifying else run_budget(store, run_id, config)
     health = CallHealth(0, 1.0) if verifying else CallHealth(config.max_consecutive_failures,
                                                               config.max_stage_failure_share)

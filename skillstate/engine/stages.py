@@ -32,6 +32,7 @@ from skillstate.events import (
 )
 from skillstate.llm.base import CircuitOpen
 from skillstate.reducer import RunState, cache_key, need, step_progress
+from skillstate.repair import gate_note as repair_note
 from skillstate.scheduler import edit_budget, epoch_batches, position
 from skillstate.util import canonical_json
 
@@ -262,12 +263,14 @@ def decide(ctx: RunContext, state: RunState) -> list[Event]:
         part = evaluation.partial
         if not robust:
             return [GateDecided(step=p.step, decision=gate_rules.REJECT, candidate_score=part.upper_bound,
-                                current_score=current, best_score=best, reason=early_reject_reason(part, current))]
+                                current_score=current, best_score=best,
+                                reason=early_reject_reason(part, current) + repair_note(p.repair))]
         early = gating.early_verdict(ctx, state, evaluation, evaluation.split, current)
         paired, guard = gating.recorded(early.paired, early.guard, cfg, bound=True)
         return [GateDecided(step=p.step, decision=gate_rules.REJECT, candidate_score=part.upper_bound,
                             current_score=current, best_score=best, rule=cfg.gate_rule, paired=paired,
-                            type_guard=guard, reason=gating.early_reason(early, current, part.scored, part.of, cfg))]
+                            type_guard=guard, reason=gating.early_reason(early, current, part.scored, part.of, cfg)
+                            + repair_note(p.repair))]
     score = evaluation.scores.gate
     verdicts: gating.Verdicts = (None, None)
     if robust:
@@ -281,6 +284,7 @@ def decide(ctx: RunContext, state: RunState) -> list[Event]:
         reason += "; candidate identical to the current skill"
     if candidate.status != "ok":
         reason += f"; the rewrite call failed ({candidate.status})"
+    reason += repair_note(p.repair)
     return [GateDecided(step=p.step, decision=decision, candidate_score=score, current_score=current,
                         best_score=best, reason=reason, forced=forced, rule=cfg.gate_rule, paired=verdicts[0],
                         type_guard=verdicts[1])]
