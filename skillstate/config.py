@@ -8,13 +8,21 @@ overrides is `skillstate.config_sources`.
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from skillstate.config_parts import (  # noqa: F401  (re-exported: the sections are config's names too)
+    EXTRA_BODY_TAKEN,
+    BankConfig,
+    EpisodeConfig,
+    ModelConfig,
+    OptimizerModelConfig,
+    SimConfig,
+    TargetModelConfig,
+)
 from skillstate.config_section import Section, is_stored
 from skillstate.errors import ConfigError
 from skillstate.final_selection import FinalSelectionConfig
@@ -24,141 +32,6 @@ Scheduler = Literal["constant", "linear", "cosine"]
 GateMetric = Literal["hard", "soft", "mixed"]
 
 SIM_MODELS = {"target": "sim-target", "optimizer": "sim-optimizer"}
-
-# Request fields skillstate sets itself; a role's `extra_body` may not override them.
-EXTRA_BODY_TAKEN = {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "response_format",
-                    "tools", "seed", "stream", "n"}
-
-
-class ModelConfig(Section):
-    """How one role (target or optimizer) reaches its model."""
-
-    model: str | None = Field(None, description="Model name; the sim backend defaults to sim-target / sim-optimizer.")
-    base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
-    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
-    azure: bool = Field(False, description="Use Azure OpenAI (base_url is the Azure endpoint).")
-    api_version: str | None = Field(None, description="Azure API version.")
-    temperature: float | None = Field(
-        0.0, ge=0.0, le=2.0, description="Sampling temperature; null leaves it to the server.")
-    max_tokens: int = Field(1024, ge=1, description="Completion token limit per call.")
-    max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = Field(
-        "max_tokens", description="Request field for the token limit (newer OpenAI models want max_completion_tokens).")
-    timeout: float = Field(
-        600.0, gt=0, description="Seconds one attempt of a request may take before it is retried (generous, so a slow "
-                                 "local model on a CPU works out of the box).")
-    max_retries: int = Field(
-        4, ge=0, description="Retries on 408/409/429/5xx and connection errors (Retry-After honoured).")
-    extra_body: dict[str, Any] = Field(
-        default_factory=dict, description="More fields for each request body, sent as they are: a server's own "
-                                          "sampling knobs, e.g. {repeat_penalty: 1.1} for llama.cpp. Part of the "
-                                          "journaled request (and its hash).")
-
-    @field_validator("extra_body")
-    @classmethod
-    def _extra_body(cls, value: dict[str, Any]) -> dict[str, Any]:
-        taken = sorted(set(value) & EXTRA_BODY_TAKEN)
-        if taken:
-            raise ValueError(f"{taken[0]!r} is set by skillstate itself (use the role's own keys)")
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"not plain JSON data ({err})") from None
-        return value
-
-
-class TargetModelConfig(ModelConfig):
-    max_tokens: int = Field(512, ge=1, description="Completion token limit per call.")
-    check_tools: bool = Field(
-        True, description="For an environment whose target calls tools: before the run, ask the endpoint to call "
-                          "a test tool, and refuse one that cannot. false runs anyway (the summary then says how "
-                          "many tool calls the target made).")
-
-
-class OptimizerModelConfig(ModelConfig):
-    max_tokens: int = Field(4096, ge=1, description="Completion token limit per call.")
-    response_format: Literal["text", "json_object", "json_schema"] = Field(
-        "text", description="Ask the server for structured output: json_object, or json_schema with the reply schema "
-                            "of each prompt (OpenAI, vLLM and llama.cpp accept both); text sends no response_format.")
-
-
-class EpisodeConfig(Section):
-    """How multi-turn episodes run and what the analysts see of them (text worlds and tool-using agents)."""
-
-    max_turns: int = Field(50, ge=1, le=1000, description="Target calls per episode (actions, or tool-calling rounds).")
-    max_invalid: int = Field(5, ge=1, description="This many invalid actions (or failed tool calls) in a row end the "
-                                                  "episode as a failure.")
-    history: int = Field(6, ge=0, description="Recent turns shown in full to the target each turn; all its earlier "
-                                              "actions are always listed.")
-    max_observation_chars: int = Field(2000, ge=100, description="Longer observations are cut in prompts (never in the "
-                                                                 "stored trajectory).")
-    reflect_last: int = Field(6, ge=1, description="Turns at the end of an episode that the analysts see.")
-    reflect_score_changes: bool = Field(True, description="The analysts also see every turn where the score changed.")
-    reflect_max_turns: int = Field(16, ge=1, description="At most this many turns of one episode in an analyst's "
-                                                         "view.")
-
-
-class BankConfig(Section):
-    """The skill bank (mode: bank), after SkillRL: retrieval, deduplication and evolution."""
-
-    retrieval: Literal["template", "embedding"] = Field(
-        "template", description="template: the task category's skills plus the first general_k general ones; "
-                                "embedding: the top_k most similar above similarity_threshold.")
-    general_k: int = Field(6, ge=0, description="template retrieval: how many general skills every task gets.")
-    top_k: int = Field(6, ge=1, description="embedding retrieval: at most this many skills per task.")
-    similarity_threshold: float = Field(0.4, ge=-1.0, le=1.0, description="embedding retrieval: the cosine floor.")
-    dedup_threshold: float = Field(
-        0.85, gt=0.0, le=1.0, description="A new skill more similar than this to one in the bank is dropped.")
-    max_new_skills: int = Field(3, ge=1, description="Skills one distill or evolve call may add.")
-    validation_interval: int = Field(2, ge=1, description="Validate the bank (and evolve it) every N steps.")
-    evolution_threshold: float = Field(
-        0.4, ge=0.0, le=1.0, description="Categories whose validation success is below this are evolved.")
-    evolve_samples: int = Field(8, ge=1, description="Failures shown to the teacher per evolution.")
-    embedder: Literal["sim", "openai", "local"] = Field(
-        "sim", description="sim: a deterministic offline embedder; openai: the embeddings API at the optimizer's "
-                           "endpoint; local: all-MiniLM-L6-v2 on the CPU (extra embeddings). openai and local "
-                           "vectors are journaled in the call table.")
-    embedding_model: str = Field("text-embedding-3-small", description="The model of embedder openai.")
-    trajectories: str | None = Field(
-        None, description="A JSON or JSONL file of trajectories in SkillRL's format to distill the bank from before "
-                          "the baseline (snapshotted into the log).")
-
-
-class SimConfig(Section):
-    """The sim backend's noisy mode (question answering; see skillstate.sim.noise): every knob off by default."""
-
-    noise: Literal["off", "moderate"] = Field(
-        "off", description="moderate: every knob below not set explicitly takes its moderate level.")
-    answer_noise: float = Field(0.0, ge=0.0, le=1.0, description="Share of the target's answers drawn from the "
-                                "whole request (a one-word change of the skill draws again), not from the item alone.")
-    harmful_edits: float = Field(0.0, ge=0.0, le=1.0, description="How often the optimizer proposes a rule that "
-                                 "sounds right but breaks another task type.")
-    harm_factor: float = Field(0.35, ge=0.0, le=1.0, description="What such a rule leaves of the chance of a right "
-                               "answer on the task type it breaks.")
-    paraphrases: float = Field(0.0, ge=0.0, le=1.0, description="How often the optimizer proposes a rule the skill "
-                               "already has, in other words (longer, no better).")
-    rank_noise: float = Field(0.0, ge=0.0, le=1.0, description="How little the select stage's ranking knows: 0 as "
-                              "the clean sim, 1 at random.")
-    length_penalty: float = Field(0.0, ge=0.0, le=1.0, description="Share of the chance of a right answer lost per "
-                                  "100 characters of skill beyond length_free_chars.")
-    length_free_chars: int = Field(600, ge=0, description="Skill length (characters) that costs nothing.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _preset(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("noise") == "moderate":
-            from skillstate.sim.noise import MODERATE
-
-            data = {**MODERATE, **data}
-        return data
-
-    def model_suffix(self) -> str:
-        """What the sim's model names carry in the noisy mode, so its calls are never served to a clean run's
-        requests from the call table (nor the other way round)."""
-        from skillstate.sim.noise import SimNoise
-
-        tag = SimNoise.of(self).tag()
-        return f"-{tag}" if tag else ""
-
 
 class SkillConfig(Section):
     """Every knob of a SkillOpt run. Field names are the config keys."""
