@@ -25,10 +25,12 @@ from skillstate.values import (  # noqa: F401  (re-exported: events are built fr
     Frozen,
     ItemResult,
     MergeCall,
+    PairedTest,
     PartialEval,
     RetrievedSkill,
     Scores,
     SplitScore,
+    TypeGuard,
     Usage,
     usage_of,
 )
@@ -242,29 +244,6 @@ class CandidateEvaluated(Event):
 
     def usage(self) -> dict[str, Usage]:
         return self.usage_by_role
-
-
-class PairedTest(Frozen):
-    """gate_rule paired: the one-sided exact sign test of the candidate
-    against the current skill, item by item on the same selection items
-    (each item's gate metric value, compared exactly)."""
-
-    wins: int  # items the candidate scores above the current skill
-    losses: int  # items it scores below it
-    ties: int
-    p_value: float  # P(at least `wins` heads in wins + losses fair coin flips)
-    confidence: float  # passes when p_value <= 1 - confidence (compared exactly)
-    passed: bool
-    bound: bool = False  # rejected early: the best the unscored items could still give
-
-
-class TypeGuard(Frozen):
-    """gate_type_margin: per task type, how much the candidate loses against the current skill."""
-
-    margin: float
-    losses: dict[str, float]  # task type -> current minus candidate gate score (at least this, when `bound`)
-    passed: bool  # no loss above the margin
-    bound: bool = False  # rejected early: the losses are the least the unscored items could still give
 
 
 class GateDecided(Event):

@@ -136,3 +136,26 @@ def usage_of(calls: list[CallRef | None]) -> dict[str, Usage]:
             calls=1, prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens
         )
     return out
+
+
+class PairedTest(Frozen):
+    """gate_rule paired: the one-sided exact sign test of the candidate
+    against the current skill, item by item on the same selection items
+    (each item's gate metric value, compared exactly)."""
+
+    wins: int  # items the candidate scores above the current skill
+    losses: int  # items it scores below it
+    ties: int
+    p_value: float  # P(at least `wins` heads in wins + losses fair coin flips)
+    confidence: float  # passes when p_value <= 1 - confidence (compared exactly)
+    passed: bool
+    bound: bool = False  # rejected early: the best the unscored items could still give
+
+
+class TypeGuard(Frozen):
+    """gate_type_margin: per task type, how much the candidate loses against the current skill."""
+
+    margin: float
+    losses: dict[str, float]  # task type -> current minus candidate gate score (at least this, when `bound`)
+    passed: bool  # no loss above the margin
+    bound: bool = False  # rejected early: the losses are the least the unscored items could still give
