@@ -433,8 +433,8 @@ def event_summary(ev: Event) -> str:
 def why_text(info: dict[str, Any]) -> str:
     where = [name for name, key in (("initial", "in_initial_skill"), ("current", "in_current_skill"),
                                     ("best", "in_best_skill")) if info[key]]
-    lines = [f"run {info['run_id']}: {info['text']!r} is in the "
-             + (" and ".join(where) + " skill" if where else "no skill of this run (initial, current or best)")]
+    found = "the " + " and ".join(where) + " skill" if where else "no skill of this run (initial, current or best)"
+    lines = [f"run {info['run_id']}: {info['text']!r} is in {found}"]
     for c in info["changes"]:
         when = (f"step {c['step']} (epoch {c['epoch']})" if c["by"] == "step"
                 else f"prune after step {c['step']} (epoch {c['epoch']})" if c["by"] == "prune"
