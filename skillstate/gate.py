@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 ACCEPT_BEST = "accept_best"
 ACCEPT = "accept"
 REJECT = "reject"
@@ -54,6 +56,13 @@ def semantic_density(skill: str) -> float:
 def with_density(score: float, density: float, weight: float, cost: float = 0.0) -> float:
     """The gate score plus the semantic-density bonus, less the length cost (`length_cost`)."""
     return score + weight * density - cost
+
+
+def gate_of(scores: Any, metric: str, mixed_weight: float, density_weight: float) -> float:
+    """The gate metric of recorded `Scores` (hard, soft, density, length_cost): the one formula the gate,
+    the score cache, the reducer and the final selection share."""
+    return with_density(gate_score(scores.hard, scores.soft, metric, mixed_weight), scores.density, density_weight,
+                        scores.length_cost)
 
 
 def length_cost(skill: str, penalty: float) -> float:

@@ -128,9 +128,8 @@ def _progress(state: RunState, event: Event) -> StepProgress:
 
 
 def _regate(scores: Scores, config: Mapping) -> float:
-    base = gate_rules.gate_score(scores.hard, scores.soft, config["gate_metric"], config["gate_mixed_weight"])
-    return gate_rules.with_density(base, scores.density, config.get("semantic_density_weight", 0.0),
-                                   scores.length_cost)
+    return gate_rules.gate_of(scores, config["gate_metric"], config["gate_mixed_weight"],
+                              config.get("semantic_density_weight", 0.0))
 
 
 def _buffer_entry(p: StepProgress, event: GateDecided) -> BufferEntry:

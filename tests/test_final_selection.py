@@ -24,7 +24,8 @@ from skillstate.dashboard.app import create_app
 from skillstate.dashboard.store_view import open_read_only
 from skillstate.engine import runner
 from skillstate.engine.runner import lineage_events, load_run
-from skillstate.reducer import fold
+from skillstate.gate import gate_of
+from skillstate.reducer import cache_key, fold
 from skillstate.sim.world import bundled_splits
 from skillstate.store import Store
 from skillstate.trainer import Trainer
@@ -311,3 +312,21 @@ def test_carving_is_a_seeded_partition_that_keeps_the_order(n, data):
     assert sorted(kept + carved, key=lambda i: int(i["id"][1:])) == items
     assert kept == [i for i in items if i in kept] and carved == [i for i in items if i in carved]
     assert rules.carve(items, size, seed) == (kept, carved)
+
+
+def test_with_a_length_penalty_the_candidates_carry_the_val_score_the_gate_gave(tmp_path):
+    """The re-scored candidates' val scores are gate scores, length cost included: the best on val keeps the
+    best score the gate recorded, and the pick's best score is never the cost-free one."""
+    db = f"sqlite:///{tmp_path / 'len.db'}"
+    cfg = small_config(**NOISY, gate_length_penalty=0.05)
+    result = Trainer(cfg, db=db, run_id="len").train()
+    evs = events(result.store, "len")
+    at = next(i for i, e in enumerate(evs) if e.type == "SelectionScored")
+    before = fold(evs[:at])
+    scored = [e for e in evs if e.type == "SelectionScored"]
+    assert scored[0].skill == before.best_skill and scored[0].val_score == before.best_score
+    for e in scored:  # each candidate's val score is the gate's formula, the length cost subtracted
+        cached = before.score_cache[cache_key(cfg.val_split, e.skill)]
+        assert cached.length_cost > 0
+        assert e.val_score == gate_of(cached, cfg.gate_metric, cfg.gate_mixed_weight, cfg.semantic_density_weight)
+    result.store.close()

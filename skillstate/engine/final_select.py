@@ -30,9 +30,8 @@ def accepted_skills(config: SkillConfig, state: RunState) -> list[rules.Accepted
     for step, skill in sorted(found, key=lambda f: f[0]):  # stable: a step's skill before the one after it
         cached = state.score_cache.get(cache_key(config.val_split, skill or ""))
         if skill is not None and cached is not None:
-            val = gate_rules.with_density(gate_rules.gate_score(cached.hard, cached.soft, config.gate_metric,
-                                                                config.gate_mixed_weight),
-                                          cached.density, config.semantic_density_weight)
+            val = gate_rules.gate_of(cached, config.gate_metric, config.gate_mixed_weight,
+                                     config.semantic_density_weight)  # the length cost too, as the gate
             out.append(rules.Accepted(skill=skill, step=step, val=val))
     return out
 

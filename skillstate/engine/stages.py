@@ -237,9 +237,7 @@ def evaluate_cached(ctx: RunContext, state: RunState, skill: str,
     if cached is None:
         return evaluate(ctx, skill, split)
     cfg = ctx.config
-    gate = gate_rules.with_density(gate_rules.gate_score(cached.hard, cached.soft, cfg.gate_metric,
-                                                         cfg.gate_mixed_weight), cached.density,
-                                   cfg.semantic_density_weight, cached.length_cost)
+    gate = gate_rules.gate_of(cached, cfg.gate_metric, cfg.gate_mixed_weight, cfg.semantic_density_weight)
     return cached.model_copy(update={"gate": gate}), None, {}
 
 
