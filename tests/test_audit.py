@@ -115,10 +115,15 @@ def test_reading_commands_on_a_corrupt_log_fail_in_one_line(run_db):
         conn.execute(events.insert().values(
             run_id="r", seq=last.seq + 1, type="Mystery", version=1, payload="{}", prev_hash=last.hash,
             hash=event_hash(last.hash, "r", last.seq + 1, "Mystery", 1, "{}"), created_at=last.created_at))
-    for cmd in (["replay", "r", "--to-step", "1"], ["show", "r"], ["export", "r"], ["runs"]):
+    for cmd in (["replay", "r", "--to-step", "1"], ["show", "r"], ["export", "r"]):
         res = CliRunner().invoke(cli, [*cmd, "--db", url])
         assert res.exit_code == 1 and "Traceback" not in res.output, res.output
         assert "unknown event type 'Mystery'" in res.output and len(res.output.splitlines()) == 1
+    # `runs` lists every run, this one as damaged, and then fails in one line naming the damage
+    res = CliRunner().invoke(cli, ["runs", "--db", url])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    *table, last = res.output.splitlines()
+    assert table[2].split()[:2] == ["r", "damaged"] and "unknown event type 'Mystery'" in last
 
 
 def test_a_damaged_blob_of_the_parent_is_named_by_the_forks_audit_and_resume(run_db):
