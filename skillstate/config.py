@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -26,6 +25,7 @@ from skillstate.config_parts import (  # noqa: F401  (re-exported: the sections 
 from skillstate.config_section import Section, is_stored
 from skillstate.errors import ConfigError
 from skillstate.final_selection import FinalSelectionConfig
+from skillstate.util import redact  # noqa: F401  (re-exported: callers import it from here)
 
 Backend = Literal["sim", "openai"]
 Scheduler = Literal["constant", "linear", "cosine"]
@@ -341,16 +341,6 @@ def stored_config(data: dict[str, Any]) -> SkillConfig:
         return SkillConfig.model_validate(data, context={"stored": True})
     except ValidationError as err:
         raise ConfigError(_describe(err)) from None
-
-
-_URL_CRED_RE = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
-_SECRET_RE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|Bearer\s+[A-Za-z0-9_\-.=]{8,})")
-
-
-def redact(text: str) -> str:
-    """Mask credentials in URLs and API-key-looking tokens."""
-    text = _URL_CRED_RE.sub(lambda m: m.group("scheme") + "***@", text)
-    return _SECRET_RE.sub("***", text)
 
 
 def public_config(cfg: SkillConfig) -> dict[str, Any]:

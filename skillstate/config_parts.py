@@ -5,11 +5,17 @@ episodes run, the skill bank, and the sim's noisy mode."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from skillstate.config_section import Section
+from skillstate.util import redact
+
+# extra_body field names that hold a credential, which the journal must never keep.
+_CREDENTIAL_KEY = re.compile(r"(^|[_-])(api_?key|key|token|secret|password|passwd|authorization|auth|cookie|"
+                             r"credentials?)($|[_-])", re.IGNORECASE)
 
 # Request fields skillstate sets itself; a role's `extra_body` may not override them.
 EXTRA_BODY_TAKEN = {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "response_format",
@@ -46,9 +52,14 @@ class ModelConfig(Section):
         if taken:
             raise ValueError(f"{taken[0]!r} is set by skillstate itself (use the role's own keys)")
         try:
-            json.dumps(value, allow_nan=False)
+            text = json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as err:
             raise ValueError(f"not plain JSON data ({err})") from None
+        named = sorted(k for k in value if _CREDENTIAL_KEY.search(k))
+        if named or redact(text) != text:
+            what = f"{named[0]!r} looks like a credential" if named else "a value looks like a credential"
+            raise ValueError(f"{what}: extra_body is journaled with every request, so it must hold no secret "
+                             "(give the key through api_key_env)")
         return value
 
 

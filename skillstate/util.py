@@ -101,3 +101,13 @@ def check_run_id(run_id: str) -> str:
 
 def chunked(items: list[T], size: int) -> list[list[T]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+_URL_CRED_RE = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+_SECRET_RE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|Bearer\s+[A-Za-z0-9_\-.=]{8,})")
+
+
+def redact(text: str) -> str:
+    """Mask credentials in URLs and API-key-looking tokens."""
+    text = _URL_CRED_RE.sub(lambda m: m.group("scheme") + "***@", text)
+    return _SECRET_RE.sub("***", text)

@@ -228,6 +228,8 @@ def test_extra_body_reaches_the_server_and_is_part_of_the_journaled_request(sim_
     ("{messages: []}", "'messages' is set by skillstate itself"),
     ("{repeat_penalty: .nan}", "not plain JSON data"),
     ("7", "invalid config value for optimizer.extra_body"),
+    ("{api_key: sk-1234567890abcdef}", "'api_key' looks like a credential"),
+    ("{headers: {Authorization: Bearer 1234567890abcdef}}", "a value looks like a credential"),
 ])
 def test_extra_body_refuses_what_skillstate_sets_in_one_line(tmp_path, value, words):
     db = f"sqlite:///{tmp_path / 'r.db'}"
@@ -235,6 +237,7 @@ def test_extra_body_refuses_what_skillstate_sets_in_one_line(tmp_path, value, wo
                                    "--set", f"optimizer.extra_body={value}"])
     assert res.exit_code == 2 and words in res.output and len(res.output.strip().splitlines()) == 1, res.output
     assert not (tmp_path / "r.db").exists()  # refused before anything is written
+    assert "1234567890abcdef" not in res.output  # a credential refused is not echoed either
 
 
 def test_a_zero_price_says_a_local_model_is_free_and_silences_the_warning(sim_server, tmp_path):

@@ -49,7 +49,8 @@ def check_endpoint(backend: OpenAIBackend, model: str) -> None:
     listed = models_listed(backend, model)
     if listed is not None and model in listed:
         return
-    probe = ChatRequest.build(backend.name, model, [{"role": "user", "content": "ping"}], None, 1)
+    probe = ChatRequest.build(backend.name, model, [{"role": "user", "content": "ping"}], None, 1,
+                              extra_body=backend.cfg.extra_body)  # as the run will call it
     try:
         quick(backend).complete(probe)
     except CallFailed as err:
@@ -93,7 +94,8 @@ def models_listed(backend: OpenAIBackend, model: str) -> list[str] | None:
 
 def check_tools(backend: OpenAIBackend, model: str, env: str) -> None:
     """Does the endpoint do function calling? One request with a tool the model is asked to call."""
-    request = ChatRequest.build(backend.name, model, PROBE_MESSAGES, 0.0, 64, tools=PROBE_TOOLS)
+    request = ChatRequest.build(backend.name, model, PROBE_MESSAGES, 0.0, 64, tools=PROBE_TOOLS,
+                                extra_body=backend.cfg.extra_body)
     what = f"the {backend.role} endpoint {backend.endpoint} does not do tool calling"
     need = f"env {env} calls tools: {TOOL_FIX}"
     try:
