@@ -49,6 +49,9 @@ def _blob_refs(results: list[dict[str, Any]]) -> Iterator[CallRef]:
                 yield CallRef.model_validate(call)
 
 
+EventRefs = list[tuple[Event, list[CallRef]]]  # each event with the calls it depended on (`event_call_refs`)
+
+
 def event_call_refs(store: Store, own: list[StoredEvent]) -> Iterator[tuple[Event, list[CallRef]]]:
     """Each event with every call it depended on, those in its results blob included."""
     decoded: list[Event] = [s.event for s in own]
@@ -62,14 +65,14 @@ def event_call_refs(store: Store, own: list[StoredEvent]) -> Iterator[tuple[Even
         yield ev, refs
 
 
-def unused_calls(store: Store, run_id: str, own: list[StoredEvent]) -> dict[str, dict[str, int]]:
+def unused_calls(store: Store, run_id: str, refs: EventRefs) -> dict[str, dict[str, int]]:
     """Per role, the calls this run sent that none of its events depends on,
     as {"unused": n, "failed": n}. Unused: calls that succeeded, work done
     ahead that the gate made obsolete (`speculative_rollout`) and calls in
     flight when an early reject became certain. Failed: calls that failed in
     a stage never appended (the circuit breaker or a fatal error stopped the
     run there; a resume redoes it), or in work done ahead."""
-    used = {ref.request_hash for _, refs in event_call_refs(store, own) for ref in refs}
+    used = {ref.request_hash for _, called in refs for ref in called}
     out: dict[str, dict[str, int]] = {}
     for call in store.read_calls(run_id):
         if call.role != EMBEDDER and call.request_hash not in used:  # embeddings are looked up by text
@@ -78,12 +81,12 @@ def unused_calls(store: Store, run_id: str, own: list[StoredEvent]) -> dict[str,
     return out
 
 
-def failed_call_tokens(store: Store, run_id: str, own: list[StoredEvent]) -> dict[str, dict[str, tuple[int, int]]]:
+def failed_call_tokens(store: Store, run_id: str, refs: EventRefs) -> dict[str, dict[str, tuple[int, int]]]:
     """{stage: {role: (prompt tokens, completion tokens)}} of the failed calls
     the events depend on that did get a reply (a truncated or empty optimizer
     reply, say): an event's reference to a failed call holds no usage, the
     call table holds what it cost, and the budget counted it."""
-    failed = [(stage_of(ev), ref) for ev, refs in event_call_refs(store, own) for ref in refs if ref.error is not None]
+    failed = [(stage_of(ev), ref) for ev, called in refs for ref in called if ref.error is not None]
     if not failed:
         return {}
     tokens: dict[tuple[str, str], tuple[int, int]] = {}  # (hash, error) -> the latest such call's tokens
@@ -102,13 +105,13 @@ def failed_call_tokens(store: Store, run_id: str, own: list[StoredEvent]) -> dic
     return out
 
 
-def failed_calls(store: Store, own: list[StoredEvent]) -> dict[str, Any]:
+def failed_calls(refs: EventRefs) -> dict[str, Any]:
     """{"calls", "failed", "by_stage": {stage: {role: {"calls", "failed", "common", "common_count"}}}}."""
     calls: dict[tuple[str, str], int] = defaultdict(int)
     errors: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
-    for ev, refs in event_call_refs(store, own):
+    for ev, called in refs:
         stage = stage_of(ev)
-        for ref in refs:
+        for ref in called:
             calls[(stage, ref.role)] += 1
             if ref.error is not None:
                 errors[(stage, ref.role)][ref.error] += 1

@@ -14,7 +14,7 @@ from skillstate.config import SIM_MODELS
 from skillstate.engine.runner import LoadedRun, load_run, roles_of
 from skillstate.errors import NotFoundError
 from skillstate.events import Usage
-from skillstate.failures import failed_call_tokens, failed_calls, unused_calls
+from skillstate.failures import event_call_refs, failed_call_tokens, failed_calls, unused_calls
 from skillstate.llm.embeddings import ROLE as EMBEDDER
 from skillstate.pricing import cost_usd, price_for, sent_cost
 from skillstate.reducer import RunState, StepRecord, need, usage_totals
@@ -105,14 +105,14 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
     parent's); `sent` counts requests this run actually sent, the rest were
     served from the call table."""
     s = loaded.state
-    own = with_failed_tokens(usage_totals(e.event for e in loaded.own),
-                             failed_call_tokens(store, loaded.run_id, loaded.own))
+    refs = list(event_call_refs(store, loaded.own))  # read once: each results blob holds many calls
+    own = with_failed_tokens(usage_totals(e.event for e in loaded.own), failed_call_tokens(store, loaded.run_id, refs))
     sent_rows = store.paid_by_model(loaded.run_id)
     paid: dict[str, Usage] = {}
     for role, _model, calls, pt, ct in sent_rows:
         paid[role] = paid.get(role, Usage()) + Usage(calls=calls, prompt_tokens=pt, completion_tokens=ct)
     usage = {}
-    unused = unused_calls(store, loaded.run_id, loaded.own)
+    unused = unused_calls(store, loaded.run_id, refs)
     for role in sorted(set(own.usage) | set(paid)):
         logical, sent = own.usage.get(role, Usage()), paid.get(role, Usage())
         if role == EMBEDDER:  # vectors are looked up by text, not referenced by events: the run's are those it sent
@@ -150,8 +150,8 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
         "usage_by_stage": {stage: {role: u.model_dump() for role, u in roles.items()}
                            for stage, roles in own.usage_by_stage.items()},
         "cost": cost_summary(sent_rows, dict(s.config), own, roles_of(s.kind)),
-        "failures": failed_calls(store, loaded.own),
-        "tool_use": tool_use(store, loaded.run_id, str(s.config.get("env", "qa")), loaded.own),
+        "failures": failed_calls(refs),
+        "tool_use": tool_use(store, str(s.config.get("env", "qa")), refs),
     }
 
 

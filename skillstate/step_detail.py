@@ -24,7 +24,7 @@ from skillstate.events import (
     StepStarted,
 )
 from skillstate.events_repair import EditsAblated
-from skillstate.failures import failed_calls
+from skillstate.failures import event_call_refs, failed_calls
 from skillstate.store import Store
 
 
@@ -43,7 +43,8 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
     if not events:
         raise NotFoundError(f"step {step} is beyond the end of run {loaded.run_id!r} "
                             f"(last completed step: {loaded.state.last_completed_step})")
-    out: dict[str, Any] = {"run_id": loaded.run_id, "step": step, "failed_calls": failed_calls(store, stored)}
+    out: dict[str, Any] = {"run_id": loaded.run_id, "step": step,
+                           "failed_calls": failed_calls(list(event_call_refs(store, stored)))}
     for ev in events:
         if isinstance(ev, StepStarted):
             out.update(epoch=ev.epoch, edit_budget=ev.edit_budget, batch=ev.batch_item_ids)

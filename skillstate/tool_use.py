@@ -15,10 +15,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from skillstate.failures import event_call_refs
+from skillstate.failures import EventRefs
 from skillstate.llm.base import ChatResponse
 from skillstate.schema import llm_calls
-from skillstate.store import Store, StoredEvent
+from skillstate.store import Store
 
 # The function the start-up check asks a tool-using target to call (the sim backend plays a model that calls it).
 PROBE_TOOL = "skillstate_ping"
@@ -55,14 +55,13 @@ def _is_call(value: Any) -> bool:
     return isinstance(value.get("name"), str) and ("arguments" in value or "parameters" in value)
 
 
-def tool_use(store: Store, run_id: str, env: str, own: list[StoredEvent]) -> dict[str, int] | None:
+def tool_use(store: Store, env: str, refs: EventRefs) -> dict[str, int] | None:
     """For a run whose target calls tools: of the target replies its events
     depend on, how many there are, the tool calls they made, and how many
     wrote a tool call as text instead. None for other environments."""
     if not _uses_tools(env):
         return None
-    hashes = {ref.request_hash for _, refs in event_call_refs(store, own) for ref in refs
-              if ref.role == "target" and ref.error is None}
+    hashes = {ref.request_hash for _, called in refs for ref in called if ref.role == "target" and ref.error is None}
     out = {"replies": 0, "tool_calls": 0, "text_tool_calls": 0}
     found: set[str] = set()
     ordered = sorted(hashes)
