@@ -12,8 +12,8 @@ from skillstate.bank.document import read_bank
 from skillstate.bank.skills import BankSkill
 from skillstate.engine.runner import load_run
 from skillstate.errors import UserError
-from skillstate.events import BankEvolved, BankSeeded, GateDecided, RolloutCompleted, SkillsDistilled
-from skillstate.reducer import need
+from skillstate.log.events import BankEvolved, BankSeeded, GateDecided, RolloutCompleted, SkillsDistilled
+from skillstate.log.reducer import need
 from skillstate.store import Store
 
 

@@ -23,7 +23,7 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
 from skillstate.chain import label
-from skillstate.events import Event
+from skillstate.log.events import Event
 from skillstate.schema import blobs
 from skillstate.store import BlobDamaged, Store, StoredEvent, read_blob
 

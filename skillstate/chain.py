@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hmac
 
-from skillstate.events import Event
+from skillstate.log.events import Event
 from skillstate.store import GENESIS, StoredEvent, event_hash, event_mac
 
 

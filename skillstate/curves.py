@@ -16,9 +16,9 @@ from typing import Any
 
 from skillstate.config import SIM_MODELS
 from skillstate.engine.loading import LoadedRun
-from skillstate.events import CandidateEvaluated, Event, GateDecided, SlowUpdateDecided, StepStarted
+from skillstate.log.events import CandidateEvaluated, Event, GateDecided, SlowUpdateDecided, StepStarted
+from skillstate.log.reducer import RunState, stage_of
 from skillstate.pricing import cost_usd, price_for
-from skillstate.reducer import RunState, stage_of
 
 
 def _pricer(state: RunState):

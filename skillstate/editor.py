@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from skillstate.events import ApplyEntry, Edit
+from skillstate.log.events import ApplyEntry, Edit
 
 CHANGED = {"applied", "appended"}
 OPS = ("append", "insert_after", "replace", "delete")

@@ -16,9 +16,9 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy import select
 
-from skillstate.events import CallRef, Event
 from skillstate.llm.embeddings import ROLE as EMBEDDER
-from skillstate.reducer import stage_of
+from skillstate.log.events import CallRef, Event
+from skillstate.log.reducer import stage_of
 from skillstate.schema import llm_calls
 from skillstate.store import Store, StoredEvent
 

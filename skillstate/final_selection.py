@@ -3,7 +3,7 @@ selection split, not on val (the best-on-val skill is biased upward, since
 val chose it). Here are the config section (`final_selection`), the seeded
 rule that carves the selection split, and the pure choice rules; the stages
 are in `skillstate.engine.final_select`, the events in
-`skillstate.selection_events`."""
+`skillstate.log.selection_events`."""
 
 from __future__ import annotations
 

@@ -13,11 +13,11 @@ from typing import Any
 from skillstate.config import SIM_MODELS
 from skillstate.engine.runner import LoadedRun, load_run, roles_of
 from skillstate.errors import NotFoundError
-from skillstate.events import Usage
 from skillstate.failures import failed_call_tokens, failed_calls, unused_calls
 from skillstate.llm.embeddings import ROLE as EMBEDDER
+from skillstate.log.events import Usage
+from skillstate.log.reducer import RunState, StepRecord, need, usage_totals
 from skillstate.pricing import cost_usd, price_for, sent_cost
-from skillstate.reducer import RunState, StepRecord, need, usage_totals
 from skillstate.selection_report import gap_summary
 from skillstate.store import Store
 from skillstate.tool_use import tool_use

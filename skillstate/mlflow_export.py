@@ -221,7 +221,7 @@ class _Exporter:
                 f"{TAG}gate_metric": str(state.config.get("gate_metric"))}
         if parent is not None:
             from skillstate.config import redact
-            from skillstate.events import RunForked
+            from skillstate.log.events import RunForked
 
             first = loaded.own[0].event if loaded.own else None
             overrides = first.overrides if isinstance(first, RunForked) else {}

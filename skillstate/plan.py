@@ -16,8 +16,8 @@ from typing import Any
 
 from skillstate.config import SkillConfig
 from skillstate.final_selection import selection_split
+from skillstate.log.reducer import need
 from skillstate.pricing import cost_usd, price_for
-from skillstate.reducer import need
 from skillstate.scheduler import steps_per_epoch
 from skillstate.store import Store
 

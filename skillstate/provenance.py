@@ -9,10 +9,10 @@ from typing import Any, cast
 from skillstate.engine.loading import LoadedRun
 from skillstate.engine.runner import load_run
 from skillstate.errors import UserError
-from skillstate.events import Edit, GateDecided, PatchProposed, RolloutCompleted, SlowUpdateDecided
-from skillstate.events_repair import EditsAblated
-from skillstate.prune_events import PruneDecided, PruneProposed
-from skillstate.reducer import RunState, need, reduce
+from skillstate.log.events import Edit, GateDecided, PatchProposed, RolloutCompleted, SlowUpdateDecided
+from skillstate.log.events_repair import EditsAblated
+from skillstate.log.prune_events import PruneDecided, PruneProposed
+from skillstate.log.reducer import RunState, need, reduce
 from skillstate.store import Store
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from skillstate.events import Edit
+from skillstate.log.events import Edit
 
 DUPLICATE = "duplicate"
 NEAR_DUPLICATE = "near_duplicate"

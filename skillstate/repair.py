@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from skillstate.events_repair import EditsAblated
+from skillstate.log.events_repair import EditsAblated
 
 # (task type, candidate's value, current skill's value) of one item scored for both
 Paired = tuple[str, float, float]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from skillstate.events import DroppedEdit, Edit
+from skillstate.log.events import DroppedEdit, Edit
 
 _MARKER = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 

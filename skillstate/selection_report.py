@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from skillstate.selection_events import FinalSelected, SelectionScored
-from skillstate.state import RunState
+from skillstate.log.selection_events import FinalSelected, SelectionScored
+from skillstate.log.state import RunState
 
 
 def gap_summary(state: RunState) -> dict[str, Any] | None:

@@ -9,7 +9,8 @@ from typing import Any
 
 from skillstate.engine.loading import LoadedRun
 from skillstate.errors import NotFoundError
-from skillstate.events import (
+from skillstate.failures import failed_calls
+from skillstate.log.events import (
     BankEvolved,
     BankValidated,
     CandidateBuilt,
@@ -23,8 +24,7 @@ from skillstate.events import (
     SkillsDistilled,
     StepStarted,
 )
-from skillstate.events_repair import EditsAblated
-from skillstate.failures import failed_calls
+from skillstate.log.events_repair import EditsAblated
 from skillstate.store import Store
 
 

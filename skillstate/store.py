@@ -27,8 +27,8 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
 from skillstate.call_journal import CallJournal, utc_now
 from skillstate.errors import ConcurrencyError, CorruptLogError, NotFoundError, UserError
-from skillstate.event_codec import decode, encode
-from skillstate.events import Event
+from skillstate.log.event_codec import decode, encode
+from skillstate.log.events import Event
 from skillstate.migrate import raise_if_damaged, require_database_file
 from skillstate.schema import blobs, events, llm_calls, metadata, run_leases, runs  # noqa: F401  (re-exported)
 from skillstate.util import DEFAULT_DB, canonical_json, check_run_id, first_line, sha256_text

@@ -24,11 +24,11 @@ from typing import Any
 from skillstate.bank.advantages import group_advantages
 from skillstate.engine.loading import lineage_events, load_run
 from skillstate.errors import UserError
-from skillstate.events import RolloutCompleted
 from skillstate.gate import gate_score
+from skillstate.log.events import RolloutCompleted
+from skillstate.log.values import ItemResult
 from skillstate.store import Store
 from skillstate.util import canonical_json
-from skillstate.values import ItemResult
 
 ROLES = ("system", "user", "assistant")
 

@@ -15,11 +15,11 @@ from skillstate.bank.document import category_of, read_bank
 from skillstate.cli.main import cli
 from skillstate.engine import runner as engine_runner
 from skillstate.engine.runner import lineage_events
-from skillstate.event_codec import encode
+from skillstate.log.event_codec import encode
+from skillstate.log.values import ItemResult
 from skillstate.store import Store
 from skillstate.trainer import Trainer
 from skillstate.util import canonical_json
-from skillstate.values import ItemResult
 
 BANK = dict(mode="bank", num_epochs=2)
 

@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from skillstate.editor import CHANGED, OPS, apply_edit, apply_edits
-from skillstate.events import Edit
+from skillstate.log.events import Edit
 
 # Strategies here are heavier than in the other files; 100 examples keeps
 # the file at a few seconds while still covering the interesting cases.

@@ -24,7 +24,7 @@ from skillstate.dashboard.app import create_app
 from skillstate.dashboard.store_view import open_read_only
 from skillstate.engine import runner
 from skillstate.engine.runner import lineage_events, load_run
-from skillstate.reducer import fold
+from skillstate.log.reducer import fold
 from skillstate.sim.world import bundled_splits
 from skillstate.store import Store
 from skillstate.trainer import Trainer

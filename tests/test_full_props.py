@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from skillstate.engine.reflect import plan_minibatches
 from skillstate.engine.update import patch_skill
-from skillstate.events import Edit, ItemResult
 from skillstate.gate import semantic_density, with_density
 from skillstate.guidance import (
     END,
@@ -29,6 +28,7 @@ from skillstate.guidance import (
     select_pairs,
     with_guidance,
 )
+from skillstate.log.events import Edit, ItemResult
 from skillstate.scheduler import clamp_edit_count, epoch_batches, steps_per_epoch
 
 SETTINGS = settings(max_examples=120, deadline=None, database=None)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skillstate.editor import CHANGED, apply_edit
-from skillstate.events import Edit
+from skillstate.log.events import Edit
 from skillstate.screen import normalize_line, screen_edits
 
 SKILL = "# Skill\n\n## Rules\n- Always show your work.\n- Use   SI units.\n"

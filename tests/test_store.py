@@ -8,10 +8,10 @@ from typing import ClassVar
 import pytest
 from pydantic import Field
 
-from skillstate import event_codec as ev
 from skillstate.errors import ConcurrencyError, UserError
-from skillstate.event_codec import decode
-from skillstate.events import Event, StepStarted
+from skillstate.log import event_codec as ev
+from skillstate.log.event_codec import decode
+from skillstate.log.events import Event, StepStarted
 from skillstate.migrate import current_revision, head_revision
 from skillstate.store import GENESIS, event_hash
 

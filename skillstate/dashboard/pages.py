@@ -12,10 +12,10 @@ from skillstate.curves import run_curves
 from skillstate.dashboard.store_view import RunCache
 from skillstate.engine.loading import LoadedRun
 from skillstate.errors import CorruptLogError, NotFoundError
-from skillstate.events import RunForked
 from skillstate.history import status_of
+from skillstate.log.events import RunForked
+from skillstate.log.reducer import need
 from skillstate.pricing import sent_cost
-from skillstate.reducer import need
 from skillstate.selection_report import gap_summary
 from skillstate.step_detail import step_detail
 

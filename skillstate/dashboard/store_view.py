@@ -16,7 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from skillstate.chain import check_chain
 from skillstate.engine.loading import LoadedRun, load_run
 from skillstate.errors import CorruptLogError, UserError
-from skillstate.reducer import fold
+from skillstate.log.reducer import fold
 from skillstate.store import Store
 
 # Folded runs kept in memory, most recently used last.

@@ -13,9 +13,9 @@ from skillstate import gate as gate_rules
 from skillstate.config import SkillConfig
 from skillstate.engine.context import RunContext
 from skillstate.engine.stages import evaluate_cached
-from skillstate.events import Event
-from skillstate.reducer import RunState, cache_key, need
-from skillstate.selection_events import Candidate, FinalSelected, SelectionScored
+from skillstate.log.events import Event
+from skillstate.log.reducer import RunState, cache_key, need
+from skillstate.log.selection_events import Candidate, FinalSelected, SelectionScored
 
 
 def accepted_skills(config: SkillConfig, state: RunState) -> list[rules.Accepted]:

@@ -13,7 +13,6 @@ from skillstate import gate as gate_rules
 from skillstate.config import SkillConfig
 from skillstate.engine.context import RunContext
 from skillstate.errors import InternalError
-from skillstate.events import CandidateEvaluated, ItemResult, PairedTest, Scores, SlowUpdateDecided, TypeGuard
 from skillstate.gate_robust import (
     EarlyVerdict,
     Guard,
@@ -27,8 +26,9 @@ from skillstate.gate_robust import (
     paired_test,
     type_guard,
 )
-from skillstate.prune_events import PruneDecided
-from skillstate.reducer import RunState, cache_key, need
+from skillstate.log.events import CandidateEvaluated, ItemResult, PairedTest, Scores, SlowUpdateDecided, TypeGuard
+from skillstate.log.prune_events import PruneDecided
+from skillstate.log.reducer import RunState, cache_key, need
 
 Verdicts = tuple[PairedTest | None, TypeGuard | None]
 

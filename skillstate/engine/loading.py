@@ -12,8 +12,8 @@ from skillstate.blob_walk import blob_damage
 from skillstate.chain import check_chain
 from skillstate.config import SkillConfig, stored_config
 from skillstate.errors import CorruptLogError, NotFoundError
-from skillstate.events import BaselineEvaluated, Event, GateDecided, RunForked
-from skillstate.reducer import RunState, fold
+from skillstate.log.events import BaselineEvaluated, Event, GateDecided, RunForked
+from skillstate.log.reducer import RunState, fold
 from skillstate.store import GENESIS, Store, StoredEvent
 
 

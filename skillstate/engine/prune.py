@@ -25,10 +25,10 @@ from skillstate.engine.parsing import parse_reply
 from skillstate.engine.prompting import compose, to_json
 from skillstate.engine.stages import early_reject_reason, evaluate_cached, evaluate_early, gate_decision
 from skillstate.engine.update import patch_skill
-from skillstate.events import Event
 from skillstate.guidance import body_of
-from skillstate.prune_events import PruneDecided, PruneLine, PruneProposed
-from skillstate.reducer import RunState, cache_key, need
+from skillstate.log.events import Event
+from skillstate.log.prune_events import PruneDecided, PruneLine, PruneProposed
+from skillstate.log.reducer import RunState, cache_key, need
 from skillstate.scheduler import position
 
 

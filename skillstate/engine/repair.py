@@ -18,10 +18,10 @@ from skillstate.engine import gating
 from skillstate.engine.context import RunContext
 from skillstate.engine.stages import check_rollout_errors, rollout_one
 from skillstate.engine.update import patch_skill
-from skillstate.events import CandidateBuilt, Event, ItemResult
-from skillstate.events_repair import EditAblation, EditsAblated
 from skillstate.gate_robust import item_value
-from skillstate.reducer import RunState, StepProgress, cache_key, need, step_progress
+from skillstate.log.events import CandidateBuilt, Event, ItemResult
+from skillstate.log.events_repair import EditAblation, EditsAblated
+from skillstate.log.reducer import RunState, StepProgress, cache_key, need, step_progress
 
 
 def due(cfg: SkillConfig, p: StepProgress) -> bool:

@@ -12,9 +12,9 @@ from skillstate.editor import CHANGED, apply_edits
 from skillstate.engine.context import RunContext
 from skillstate.engine.parsing import RankReply, SkillReply, extract_json, parse_reply
 from skillstate.engine.prompting import compose, edits_json, to_json
-from skillstate.events import CandidateBuilt, Edit, EditsSelected, Event, LearningRateChosen
 from skillstate.guidance import body_of, guidance_of, protect, with_guidance
-from skillstate.reducer import RunState, need, step_progress
+from skillstate.log.events import CandidateBuilt, Edit, EditsSelected, Event, LearningRateChosen
+from skillstate.log.reducer import RunState, need, step_progress
 from skillstate.scheduler import clamp_edit_count
 from skillstate.screen import screen_edits
 

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 from skillstate.editor import apply_edits
-from skillstate.events import Edit
+from skillstate.log.events import Edit
 from skillstate.sim.noise import OFF
 from skillstate.sim.pruner import max_lines, prune_reply
 from skillstate.sim.reading import OptimizerRequest

@@ -12,9 +12,9 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from skillstate import gate as gate_rules
-from skillstate import selection_fold
 from skillstate.errors import CorruptLogError
-from skillstate.events import (
+from skillstate.log import selection_fold
+from skillstate.log.events import (
     BankEvolved,
     BankSeeded,
     BankValidated,
@@ -44,11 +44,11 @@ from skillstate.events import (
     TestEvaluated,
     Usage,
 )
-from skillstate.events_repair import EditsAblated
-from skillstate.prune_events import PruneDecided, PruneProposed
-from skillstate.prune_fold import fold_prune
-from skillstate.selection_events import FinalSelected, SelectionScored
-from skillstate.state import (  # noqa: F401  (re-exported: the state's shapes and accessors)
+from skillstate.log.events_repair import EditsAblated
+from skillstate.log.prune_events import PruneDecided, PruneProposed
+from skillstate.log.prune_fold import fold_prune
+from skillstate.log.selection_events import FinalSelected, SelectionScored
+from skillstate.log.state import (  # noqa: F401  (re-exported: the state's shapes and accessors)
     EMPTY,
     BoundaryProgress,
     BufferEntry,
@@ -318,7 +318,7 @@ def reduce(state: RunState, event: Event) -> RunState:
             raise FoldError("RunCompleted in the middle of a step")
         return replace(state, completed=True)
 
-    if isinstance(event, (SelectionScored, FinalSelected)):  # final_selection (skillstate.selection_fold)
+    if isinstance(event, (SelectionScored, FinalSelected)):  # final_selection (skillstate.log.selection_fold)
         return selection_fold.reduce_selection(state, event)
 
     raise FoldError(f"the reducer does not know {event.type}")

@@ -3,7 +3,7 @@
 Every stage of the engine emits events; they are the only truth about a run.
 Each event class has a `type` name and a schema `version`. Stored rows are
 never rewritten: an event stored under an older version is upcast on read
-(`skillstate.event_codec`, which also holds the registry of types by name).
+(`skillstate.log.event_codec`, which also holds the registry of types by name).
 
 Large texts (skills, trajectories, prompts, raw replies) are not stored in
 events: events hold the sha256 of a row in the blob table.
@@ -17,7 +17,7 @@ from pydantic import Field
 
 from skillstate.bank.dedup import DroppedSkill
 from skillstate.bank.skills import BankSkill
-from skillstate.values import (  # noqa: F401  (re-exported: events are built from these)
+from skillstate.log.values import (  # noqa: F401  (re-exported: events are built from these)
     ApplyEntry,
     CallRef,
     DroppedEdit,

@@ -1,6 +1,6 @@
 """The events of pruning (config key `prune`): a proposal to delete lines of
 the current skill, and the gate's decision on it. Registered with the others
-in `skillstate.event_codec`; folded by `skillstate.prune_fold`."""
+in `skillstate.log.event_codec`; folded by `skillstate.log.prune_fold`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from skillstate.events import Event, PairedTest, TypeGuard
-from skillstate.values import ApplyEntry, CallRef, Edit, Frozen, PartialEval, Scores, Usage, usage_of
+from skillstate.log.events import Event, PairedTest, TypeGuard
+from skillstate.log.values import ApplyEntry, CallRef, Edit, Frozen, PartialEval, Scores, Usage, usage_of
 
 
 class PruneLine(Frozen):

@@ -1,7 +1,7 @@
 """The state a run's events fold into: the run (`RunState`), the step under
 way (`StepProgress`), the epoch-boundary work (`BoundaryProgress`), each
 finished step (`StepRecord`) and the step buffer's entries (`BufferEntry`),
-with the accessors stages use. Frozen; `skillstate.reducer` builds them."""
+with the accessors stages use. Frozen; `skillstate.log.reducer` builds them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from skillstate.errors import InternalError
-from skillstate.events import (
+from skillstate.log.events import (
     BankEvolved,
     BankValidated,
     CandidateBuilt,
@@ -32,9 +32,9 @@ from skillstate.events import (
     TestEvaluated,
     Usage,
 )
-from skillstate.events_repair import EditsAblated
-from skillstate.prune_events import PruneProposed
-from skillstate.selection_events import FinalSelected, SelectionScored
+from skillstate.log.events_repair import EditsAblated
+from skillstate.log.prune_events import PruneProposed
+from skillstate.log.selection_events import FinalSelected, SelectionScored
 
 EMPTY: Mapping = MappingProxyType({})
 

@@ -1,6 +1,6 @@
 """The events of the final selection (`final_selection.enabled`): each top
 accepted skill re-scored on the held-out selection split, then the pick.
-Registered in `skillstate.event_codec` with the others."""
+Registered in `skillstate.log.event_codec` with the others."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from skillstate.events import Event
-from skillstate.values import Frozen, Scores, Usage
+from skillstate.log.events import Event
+from skillstate.log.values import Frozen, Scores, Usage
 
 
 class Candidate(Frozen):

@@ -2,7 +2,7 @@
 upcasters that turn a payload stored under an older schema version into the
 current one, and `decode`/`encode` between stored payloads and events.
 Stored rows are never rewritten; an old version is upcast on read.
-(`skillstate.events` holds the event classes themselves.)"""
+(`skillstate.log.events` holds the event classes themselves.)"""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from skillstate.errors import CorruptLogError, InternalError
-from skillstate.events import (
+from skillstate.log.events import (
     BankEvolved,
     BankSeeded,
     BankValidated,
@@ -39,9 +39,9 @@ from skillstate.events import (
     StopConditionMet,
     TestEvaluated,
 )
-from skillstate.events_repair import EditsAblated
-from skillstate.prune_events import PruneDecided, PruneProposed
-from skillstate.selection_events import FinalSelected, SelectionScored
+from skillstate.log.events_repair import EditsAblated
+from skillstate.log.prune_events import PruneDecided, PruneProposed
+from skillstate.log.selection_events import FinalSelected, SelectionScored
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls

@@ -1,5 +1,5 @@
 """The pure fold of the pruning events into a run's state (called by
-`skillstate.reducer.reduce`)."""
+`skillstate.log.reducer.reduce`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from types import MappingProxyType
 
 from skillstate import gate as gate_rules
 from skillstate.errors import CorruptLogError
-from skillstate.prune_events import PruneDecided, PruneProposed
-from skillstate.state import RunState, cache_key
+from skillstate.log.prune_events import PruneDecided, PruneProposed
+from skillstate.log.state import RunState, cache_key
 
 
 class PruneFoldError(CorruptLogError, ValueError):

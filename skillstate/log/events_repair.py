@@ -1,13 +1,13 @@
 """The repair's event (`repair: ablate`): which task types the candidate
 lost, each ablated edit's outcomes on the items of those types, and the
-edits dropped. Registered with the others in `skillstate.event_codec`."""
+edits dropped. Registered with the others in `skillstate.log.event_codec`."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from skillstate.events import Edit, Event, ItemResult, Usage, usage_of
-from skillstate.values import Frozen
+from skillstate.log.events import Edit, Event, ItemResult, Usage, usage_of
+from skillstate.log.values import Frozen
 
 
 class EditAblation(Frozen):

@@ -1,5 +1,5 @@
 """How the final selection's events fold into the run's state (called by
-`skillstate.reducer.reduce`): the candidates' selection scores are kept, and
+`skillstate.log.reducer.reduce`): the candidates' selection scores are kept, and
 the pick becomes the run's best skill, the one `export`, `show`, the test
 evaluation and the dashboard use."""
 
@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from skillstate.selection_events import FinalSelected, SelectionScored
-from skillstate.state import RunState, cache_key
+from skillstate.log.selection_events import FinalSelected, SelectionScored
+from skillstate.log.state import RunState, cache_key
 
 
 def reduce_selection(state: RunState, event: SelectionScored | FinalSelected) -> RunState:
-    from skillstate.reducer import FoldError  # the reducer imports this module
+    from skillstate.log.reducer import FoldError  # the reducer imports this module
 
     if state.progress is not None or state.boundary is not None or state.final_selection is not None:
         raise FoldError(f"{event.type} in the middle of a step, an epoch boundary or after the pick")
