@@ -37,7 +37,7 @@ def runs(as_json, db) -> None:
         skillstate runs --json
     """
     from skillstate.cli.render import run_rows, runs_lines
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
     rows = run_rows(store, store.list_runs())
@@ -70,7 +70,7 @@ def log(run_id, step, lineage, as_json, db) -> None:
     """
     from skillstate.cli.render import log_lines
     from skillstate.engine.runner import load_run
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
     loaded = load_run(store, run_id)
@@ -105,7 +105,7 @@ def show(run_id, step, as_json, db) -> None:
     from skillstate.engine.runner import load_run
     from skillstate.history import run_summary
     from skillstate.step_detail import step_detail
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
     loaded = load_run(store, run_id)
@@ -153,7 +153,7 @@ def replay(run_id, to_step, verify, as_json, db) -> None:
     """
     if verify == (to_step is not None):
         raise UserError("replay needs exactly one of --to-step N or --verify")
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
     if verify:
@@ -205,7 +205,7 @@ def why(args, as_json, db) -> None:
         skillstate why -- "- Keep answers short."   # text that starts with -
     """
     from skillstate.provenance import explain
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
 
     if len(args) > 2:
         raise UserError('why takes [RUN] TEXT (quote the text: skillstate why "some words")')
@@ -255,7 +255,7 @@ def audit(run_id, expect_head, as_json, db) -> None:
         skillstate audit my-run --head "$(cat my-run.head)"
     """
     from skillstate.audit import audit as run_audit
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
 
     report = run_audit(open_store(db, create=False), run_id, expect_head=expect_head)
     checks = "hash chain and invariants" + (", signatures" if report.keyed else "") + (
@@ -284,7 +284,7 @@ def export(run_id, step, best, output, db) -> None:
         skillstate export my-run --step 3
     """
     from skillstate.history import skill_at
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
     _, text = skill_at(store, run_id, step_arg(step), best=best)
@@ -312,7 +312,7 @@ def export_sft(run_id, output, db) -> None:
         skillstate export-sft -o sft.jsonl
         python -c "import datasets; print(datasets.load_dataset('json', data_files='sft.jsonl'))"
     """
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
     from skillstate.training_data import sft_rows
 
     store = open_store(db, create=False)
@@ -337,7 +337,7 @@ def export_grpo(run_id, output, db) -> None:
         skillstate eval --skill best.md --split train --samples 4 --set target.temperature=1.0 --run-id g
         skillstate export-grpo g -o grpo.jsonl
     """
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
     from skillstate.training_data import grpo_rows
 
     store = open_store(db, create=False)
@@ -367,7 +367,7 @@ def diff(args, db) -> None:
         skillstate diff 0 4
     """
     from skillstate.history import skill_diff
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
 
     if len(positional(args)) not in (2, 3):
         raise UserError("diff takes [RUN] STEP_A STEP_B")

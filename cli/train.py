@@ -84,7 +84,7 @@ def run(config_file, backend, data, env_name, model, optimizer_model, target_mod
     """
     from skillstate.cli.live import JsonEvents, reporter
     from skillstate.engine.runner import load_run
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
     from skillstate.trainer import Trainer
 
     check_outputs(as_json, json_events)
@@ -221,7 +221,7 @@ def resume(run_id, max_cost_usd, assignments, quiet, as_json, json_events, db) -
     from skillstate.cli.live import JsonEvents, reporter
     from skillstate.config_sources import build_config
     from skillstate.engine.runner import load_run
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
     from skillstate.trainer import Trainer
 
     check_outputs(as_json, json_events)
@@ -267,7 +267,7 @@ def fork(args, lr, edit_budget, epochs, assignments, max_cost_usd, new_run_id, n
     """
     from skillstate.cli.live import JsonEvents, reporter
     from skillstate.engine.runner import fork_run
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
     from skillstate.trainer import Trainer
 
     check_outputs(as_json, json_events)

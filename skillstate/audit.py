@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from skillstate.blob_walk import blob_damage
-from skillstate.chain import check_chain, label
 from skillstate.engine.runner import build_context, config_of, drive, lineage_events, load_run
 from skillstate.errors import EnvFailure, ReplayMissError, UserError
 from skillstate.log.event_codec import encode
 from skillstate.log.events import Event, RunForked, StopConditionMet
 from skillstate.log.reducer import RunState, reduce
-from skillstate.store import GENESIS, Store, StoredEvent
+from skillstate.storage.blob_walk import blob_damage
+from skillstate.storage.chain import check_chain, label
+from skillstate.storage.store import GENESIS, Store, StoredEvent
 from skillstate.util import canonical_json
 
 

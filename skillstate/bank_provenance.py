@@ -14,7 +14,7 @@ from skillstate.engine.runner import load_run
 from skillstate.errors import UserError
 from skillstate.log.events import BankEvolved, BankSeeded, GateDecided, RolloutCompleted, SkillsDistilled
 from skillstate.log.reducer import need
-from skillstate.store import Store
+from skillstate.storage.store import Store
 
 
 def _matches(skill: BankSkill, text: str) -> bool:

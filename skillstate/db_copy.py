@@ -15,7 +15,7 @@ and forked at the destination without paying for a request again:
 
 "Name" and "mention" are read off the stored text: every 64-digit hex
 string in an event's payload or a referenced blob that is a blob or a
-journaled request at the source (`skillstate.blob_walk`, the walker `audit`
+journaled request at the source (`skillstate.storage.blob_walk`, the walker `audit`
 and `resume` check blobs with). That is a superset of `Event.blob_refs` and
 of the call references `failures.event_call_refs` finds, whatever the event
 version. A damaged blob is copied as it is stored (audit then names it).
@@ -42,11 +42,11 @@ from sqlalchemy import bindparam, insert, select
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError
 
-from skillstate.blob_walk import IN_CHUNK, chunks, hashes_in, walk_blobs
 from skillstate.errors import NotFoundError, UserError
-from skillstate.lease import RunLease
-from skillstate.schema import blobs, events, llm_calls, run_leases, runs
-from skillstate.store import RunRow, Store, StoredEvent, insert_ignoring_duplicates
+from skillstate.storage.blob_walk import IN_CHUNK, chunks, hashes_in, walk_blobs
+from skillstate.storage.lease import RunLease
+from skillstate.storage.schema import blobs, events, llm_calls, run_leases, runs
+from skillstate.storage.store import RunRow, Store, StoredEvent, insert_ignoring_duplicates
 
 EVENT_BATCH = 2000  # rows per INSERT batch
 CALL_BATCH = 500  # call rows hold whole requests and responses

@@ -19,8 +19,8 @@ from sqlalchemy import select
 from skillstate.llm.embeddings import ROLE as EMBEDDER
 from skillstate.log.events import CallRef, Event
 from skillstate.log.reducer import stage_of
-from skillstate.schema import llm_calls
-from skillstate.store import Store, StoredEvent
+from skillstate.storage.schema import llm_calls
+from skillstate.storage.store import Store, StoredEvent
 
 
 def call_refs(value: Any) -> Iterator[CallRef]:

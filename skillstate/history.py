@@ -19,7 +19,7 @@ from skillstate.log.events import Usage
 from skillstate.log.reducer import RunState, StepRecord, need, usage_totals
 from skillstate.pricing import cost_usd, price_for, sent_cost
 from skillstate.selection_report import gap_summary
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.tool_use import tool_use
 
 

@@ -19,7 +19,7 @@ from skillstate.final_selection import selection_split
 from skillstate.log.reducer import need
 from skillstate.pricing import cost_usd, price_for
 from skillstate.scheduler import steps_per_epoch
-from skillstate.store import Store
+from skillstate.storage.store import Store
 
 CHARS_PER_TOKEN = 4
 TARGET_REPLY_TOKENS = 64

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from skillstate.store import Store
+    from skillstate.storage.store import Store
 
 INSTALL_HINT = "plotting needs matplotlib: pip install 'skillstate[plots]'"
 FORMATS = ("png", "pdf", "svg")

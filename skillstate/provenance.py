@@ -13,7 +13,7 @@ from skillstate.log.events import Edit, GateDecided, PatchProposed, RolloutCompl
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.reducer import RunState, need, reduce
-from skillstate.store import Store
+from skillstate.storage.store import Store
 
 
 def _touches(edit: Edit, text: str) -> bool:

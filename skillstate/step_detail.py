@@ -25,7 +25,7 @@ from skillstate.log.events import (
     StepStarted,
 )
 from skillstate.log.events_repair import EditsAblated
-from skillstate.store import Store
+from skillstate.storage.store import Store
 
 
 def _edit(e) -> dict[str, Any]:

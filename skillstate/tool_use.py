@@ -17,8 +17,8 @@ from sqlalchemy import select
 
 from skillstate.failures import event_call_refs
 from skillstate.llm.base import ChatResponse
-from skillstate.schema import llm_calls
-from skillstate.store import Store, StoredEvent
+from skillstate.storage.schema import llm_calls
+from skillstate.storage.store import Store, StoredEvent
 
 # The function the start-up check asks a tool-using target to call (the sim backend plays a model that calls it).
 PROBE_TOOL = "skillstate_ping"

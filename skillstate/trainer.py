@@ -25,7 +25,7 @@ from skillstate.envs.registry import env_settings, resolve_env
 from skillstate.errors import UserError
 from skillstate.history import run_summary
 from skillstate.log.reducer import RunState, need
-from skillstate.store import Store, open_store
+from skillstate.storage.store import Store, open_store
 
 
 @dataclass

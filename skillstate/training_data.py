@@ -27,7 +27,7 @@ from skillstate.errors import UserError
 from skillstate.gate import gate_score
 from skillstate.log.events import RolloutCompleted
 from skillstate.log.values import ItemResult
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.util import canonical_json
 
 ROLES = ("system", "user", "assistant")

@@ -17,7 +17,7 @@ from skillstate.engine import runner as engine_runner
 from skillstate.engine.runner import lineage_events
 from skillstate.log.event_codec import encode
 from skillstate.log.values import ItemResult
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 from skillstate.util import canonical_json
 

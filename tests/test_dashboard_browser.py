@@ -20,7 +20,7 @@ from test_dashboard import PAYLOAD_IMG, PAYLOAD_SCRIPT, run_one_step, runs_datab
 
 from skillstate.engine.loading import load_run
 from skillstate.provenance import explain
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 pytestmark = pytest.mark.browser

@@ -9,7 +9,7 @@ from conftest import Crash, assert_paid_once, crashing_factory, logical_usage, s
 
 from skillstate.audit import audit, verify
 from skillstate.engine.runner import lineage_events
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 

@@ -16,7 +16,7 @@ from skillstate.config import SkillConfig
 from skillstate.engine.create import fork_run
 from skillstate.errors import ConfigError, EnvStop, LLMStop
 from skillstate.llm.base import ChatResponse
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 

@@ -21,7 +21,7 @@ from skillstate.log.events import RunStarted
 from skillstate.pricing import DEFAULT_PRICES, price_for
 from skillstate.prompts import PROMPT_NAMES, resolve_prompts
 from skillstate.sim.world import bundled_splits
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 SIM_TYPES = {"arithmetic", "date_reasoning", "letter_counting", "list_ordering", "reading", "unit_conversion"}

@@ -26,7 +26,7 @@ from skillstate.engine import runner
 from skillstate.engine.runner import lineage_events, load_run
 from skillstate.log.reducer import fold
 from skillstate.sim.world import bundled_splits
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 # On the noisy sim at seed 42 the best on val is not the best on the selection split.

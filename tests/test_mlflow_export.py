@@ -25,7 +25,7 @@ from skillstate.curves import run_curves  # noqa: E402
 from skillstate.engine.runner import load_run  # noqa: E402
 from skillstate.errors import UserError  # noqa: E402
 from skillstate.mlflow_export import config_params, export_run  # noqa: E402
-from skillstate.store import Store  # noqa: E402
+from skillstate.storage.store import Store  # noqa: E402
 from skillstate.trainer import Trainer  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # MLflow's own use of SQLAlchemy

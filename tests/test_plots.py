@@ -14,7 +14,7 @@ from conftest import small_config
 from skillstate.cli.main import cli
 from skillstate.curves import run_curves
 from skillstate.engine.runner import load_run
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 pytest.importorskip("matplotlib")

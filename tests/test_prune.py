@@ -25,7 +25,7 @@ from skillstate.prune import NEAR_DUPLICATE, line_evidence, rule_deletions, whol
 from skillstate.sim.noise import MODERATE, SimNoise
 from skillstate.sim.pruner import prune_reply
 from skillstate.sim.world import SimWorld, bundled_splits
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 NOISY = ("--set", "sim.noise=moderate")

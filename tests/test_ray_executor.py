@@ -21,7 +21,7 @@ from skillstate.cli.main import cli
 from skillstate.config import SkillConfig, semantic_view
 from skillstate.engine.executors import pool_size
 from skillstate.errors import BudgetStop, ConfigError
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 QA = {"num_epochs": 1, "concurrency": 4, "llm_cache": "lineage"}

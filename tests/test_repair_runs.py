@@ -23,7 +23,7 @@ from starlette.testclient import TestClient
 from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
 from skillstate.dashboard.app import create_app
-from skillstate.store import Store
+from skillstate.storage.store import Store
 
 DRIVER = Path(__file__).parent / "sweep_driver.py"
 NOISY = ["--set", "sim.noise=moderate"]

@@ -18,7 +18,7 @@ from skillstate.engine.runner import lineage_events
 from skillstate.engine.stops import StopConditions
 from skillstate.log.event_codec import encode
 from skillstate.log.state import RunState
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 from skillstate.util import canonical_json
 

@@ -40,9 +40,9 @@ from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
 from skillstate.engine import runner as engine_runner
 from skillstate.engine.runner import make_backend
-from skillstate.migrate import current_revision, head_revision
-from skillstate.store import Store, event_hash, llm_calls, run_leases
-from skillstate.store import events as events_table
+from skillstate.storage.migrate import current_revision, head_revision
+from skillstate.storage.store import Store, event_hash, llm_calls, run_leases
+from skillstate.storage.store import events as events_table
 from skillstate.trainer import Trainer
 
 HERE = Path(__file__).resolve().parent

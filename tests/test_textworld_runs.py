@@ -12,7 +12,7 @@ from conftest import Crash, assert_paid_once, crashing_factory, logical_usage
 from skillstate.audit import audit, verify
 from skillstate.config import SkillConfig
 from skillstate.engine.runner import lineage_events
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 pytestmark = pytest.mark.textworlds

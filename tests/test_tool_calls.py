@@ -74,8 +74,8 @@ def test_a_tool_using_run_through_the_openai_client_matches_the_sim_backend(tmp_
     from skillstate.audit import audit, verify
     from skillstate.cli.tools import sim_world_named
     from skillstate.config import SkillConfig
-    from skillstate.schema import llm_calls
     from skillstate.sim.server import SimServer
+    from skillstate.storage.schema import llm_calls
     from skillstate.trainer import Trainer
 
     monkeypatch.setenv("OPENAI_API_KEY", "local-test-key")

@@ -17,7 +17,7 @@ from skillstate.audit import audit, verify
 from skillstate.engine.lanes import CERTAIN, FOREGROUND, SPECULATIVE, Slots
 from skillstate.engine.runner import lineage_events, make_backend
 from skillstate.log.event_codec import encode
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 from skillstate.util import canonical_json
 

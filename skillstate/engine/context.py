@@ -19,13 +19,13 @@ from skillstate.engine.lanes import FOREGROUND, Slots
 from skillstate.engine.meter import CallMeter, CallProgress
 from skillstate.engine.parsing import response_format
 from skillstate.envs.base import SkillEnv
-from skillstate.lease import RunLease
 from skillstate.llm.base import CallResult, ChatRequest
 from skillstate.llm.health import CallHealth
 from skillstate.llm.recording import RecordingClient
 from skillstate.log.events import Event
 from skillstate.log.reducer import RunState
-from skillstate.store import Store, StoredEvent
+from skillstate.storage.lease import RunLease
+from skillstate.storage.store import Store, StoredEvent
 from skillstate.util import sha256_text
 
 T = TypeVar("T")

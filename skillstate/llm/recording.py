@@ -18,7 +18,7 @@ from skillstate.errors import ReplayMissError
 from skillstate.llm.base import CallFailed, CallResult, ChatRequest, ChatResponse, FatalLLMError, LLMClient
 from skillstate.llm.health import CallHealth
 from skillstate.log.events import CallRef
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.util import canonical_json, first_line, sha256_text
 
 

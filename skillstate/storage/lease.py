@@ -28,7 +28,7 @@ import threading
 from sqlalchemy import and_, delete, or_, select, update
 
 from skillstate.errors import RunBusyError, UserError
-from skillstate.store import Store, insert_ignoring_duplicates, run_leases
+from skillstate.storage.store import Store, insert_ignoring_duplicates, run_leases
 
 DEFAULT_TTL = 60.0
 HOST_ID_ENV = "SKILLSTATE_HOST_ID"

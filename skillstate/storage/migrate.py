@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from skillstate.errors import NotFoundError, UserError
-from skillstate.schema import metadata, run_leases
+from skillstate.storage.schema import metadata, run_leases
 
 
 class SchemaError(UserError):
@@ -92,7 +92,7 @@ def _expected(revision: str, script: ScriptDirectory) -> tuple[set[str], set[str
 
 def inspect_schema(engine: Engine) -> SchemaReport:
     """Compare the database's tables and columns with skillstate's
-    (`skillstate.schema.metadata` at the recorded revision), reading only."""
+    (`skillstate.storage.schema.metadata` at the recorded revision), reading only."""
     shown = engine.url.render_as_string(hide_password=True)
     with engine.connect() as conn:
         insp = inspect(conn)

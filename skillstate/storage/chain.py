@@ -7,7 +7,7 @@ from __future__ import annotations
 import hmac
 
 from skillstate.log.events import Event
-from skillstate.store import GENESIS, StoredEvent, event_hash, event_mac
+from skillstate.storage.store import GENESIS, StoredEvent, event_hash, event_mac
 
 
 def label(s: StoredEvent) -> str:

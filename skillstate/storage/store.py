@@ -1,6 +1,6 @@
-"""The SQL event store: runs, events and blobs, and (`skillstate.call_journal`) the LLM calls.
+"""The SQL event store: runs, events and blobs, and (`skillstate.storage.call_journal`) the LLM calls.
 
-SQLAlchemy 2 Core over the tables in `skillstate.schema` (created and
+SQLAlchemy 2 Core over the tables in `skillstate.storage.schema` (created and
 upgraded only by the Alembic migrations in `skillstate.migrations`). SQLite is used with a busy
 timeout, in WAL mode once a writer opened it (reading never changes a file); PostgreSQL works
 through any SQLAlchemy URL, with a connect timeout.
@@ -25,12 +25,12 @@ from sqlalchemy import Table, bindparam, create_engine, event, func, insert, sel
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
-from skillstate.call_journal import CallJournal, utc_now
 from skillstate.errors import ConcurrencyError, CorruptLogError, NotFoundError, UserError
 from skillstate.log.event_codec import decode, encode
 from skillstate.log.events import Event
-from skillstate.migrate import raise_if_damaged, require_database_file
-from skillstate.schema import blobs, events, llm_calls, metadata, run_leases, runs  # noqa: F401  (re-exported)
+from skillstate.storage.call_journal import CallJournal, utc_now
+from skillstate.storage.migrate import raise_if_damaged, require_database_file
+from skillstate.storage.schema import blobs, events, llm_calls, metadata, run_leases, runs  # noqa: F401  (re-exported)
 from skillstate.util import DEFAULT_DB, canonical_json, check_run_id, first_line, sha256_text
 
 GENESIS = "0" * 64
@@ -212,7 +212,7 @@ class Store(CallJournal):
         self._blob_cache_lock = threading.Lock()
         self.audit_key = audit_key()
         if upgrade:
-            from skillstate.migrate import ensure_schema, ensure_wal
+            from skillstate.storage.migrate import ensure_schema, ensure_wal
 
             ensure_schema(self.engine)
             ensure_wal(self.engine)
@@ -407,7 +407,7 @@ def open_store(url: str | None = None, *, create: bool = True, write: bool | Non
     a read-only database, or a SQLite file whose pages are corrupted, is refused, and a SQLite file is
     put in WAL mode; reading changes nothing. Someone else's database, a damaged schema or a file that
     is not a database is refused either way (a UserError naming it), and left untouched."""
-    from skillstate.migrate import (
+    from skillstate.storage.migrate import (
         DatabaseProblem,
         check_file_intact,
         check_writable,

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.engine import Engine
 
-from skillstate.schema import llm_calls
+from skillstate.storage.schema import llm_calls
 from skillstate.util import canonical_json
 
 

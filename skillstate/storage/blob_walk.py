@@ -22,10 +22,10 @@ from typing import Any
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
-from skillstate.chain import label
 from skillstate.log.events import Event
-from skillstate.schema import blobs
-from skillstate.store import BlobDamaged, Store, StoredEvent, read_blob
+from skillstate.storage.chain import label
+from skillstate.storage.schema import blobs
+from skillstate.storage.store import BlobDamaged, Store, StoredEvent, read_blob
 
 IN_CHUNK = 900  # values per IN (...) list, under SQLite's parameter limit
 
