@@ -25,7 +25,7 @@ from skillstate.config_parts import (  # noqa: F401  (re-exported: the sections 
 )
 from skillstate.config_section import Section, is_stored
 from skillstate.errors import ConfigError
-from skillstate.final_selection import FinalSelectionConfig
+from skillstate.skillopt.final_selection import FinalSelectionConfig
 
 Backend = Literal["sim", "openai"]
 Scheduler = Literal["constant", "linear", "cosine"]

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from skillstate.config import SkillConfig
-from skillstate.final_selection import selection_split
 from skillstate.log.reducer import need
 from skillstate.pricing import cost_usd, price_for
-from skillstate.scheduler import steps_per_epoch
+from skillstate.skillopt.final_selection import selection_split
+from skillstate.skillopt.scheduler import steps_per_epoch
 from skillstate.storage.store import Store
 
 CHARS_PER_TOKEN = 4

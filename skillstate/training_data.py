@@ -24,9 +24,9 @@ from typing import Any
 from skillstate.bank.advantages import group_advantages
 from skillstate.engine.loading import lineage_events, load_run
 from skillstate.errors import UserError
-from skillstate.gate import gate_score
 from skillstate.log.events import RolloutCompleted
 from skillstate.log.values import ItemResult
+from skillstate.skillopt.gate import gate_score
 from skillstate.storage.store import Store
 from skillstate.util import canonical_json
 

@@ -16,7 +16,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from skillstate import final_selection as rules
 from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
 from skillstate.config import stored_config
@@ -26,6 +25,7 @@ from skillstate.engine import runner
 from skillstate.engine.runner import lineage_events, load_run
 from skillstate.log.reducer import fold
 from skillstate.sim.world import bundled_splits
+from skillstate.skillopt import final_selection as rules
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 

@@ -12,7 +12,7 @@ from conftest import assert_paid_once, logical_usage, scripted_factory, small_co
 from skillstate.audit import audit, verify
 from skillstate.engine import runner
 from skillstate.engine.runner import lineage_events, load_run
-from skillstate.guidance import END, START, guidance_of
+from skillstate.skillopt.guidance import END, START, guidance_of
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 

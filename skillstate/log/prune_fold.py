@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from skillstate import gate as gate_rules
 from skillstate.errors import CorruptLogError
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.state import RunState, cache_key
+from skillstate.skillopt import gate as gate_rules
 
 
 class PruneFoldError(CorruptLogError, ValueError):

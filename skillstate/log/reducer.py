@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
-from skillstate import gate as gate_rules
 from skillstate.errors import CorruptLogError
 from skillstate.log import selection_fold
 from skillstate.log.events import (
@@ -60,6 +59,7 @@ from skillstate.log.state import (  # noqa: F401  (re-exported: the state's shap
     need,
     step_progress,
 )
+from skillstate.skillopt import gate as gate_rules
 
 # Events the epoch-boundary fold (`_reduce_epoch_end`) handles.
 EpochEndEvent = EpochCompared | SlowUpdateProposed | SlowUpdateDecided | MetaSkillWritten | EpochEnded | FinalValidated

@@ -44,7 +44,7 @@ class Edit(Frozen):
 
 
 class DroppedEdit(Frozen):
-    """A proposed edit left out before selection because it would change nothing (see skillstate.screen)."""
+    """A proposed edit left out before selection because it would change nothing (see skillstate.skillopt.screen)."""
 
     index: int  # into the merged edits
     reason: str

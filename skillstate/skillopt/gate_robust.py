@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from skillstate.gate import ROUNDING_SLACK, gate_score, reject_is_certain, upper_bound
+from skillstate.skillopt.gate import ROUNDING_SLACK, gate_score, reject_is_certain, upper_bound
 
 UNTYPED = "untyped"
 
