@@ -219,7 +219,7 @@ def verify_runs(url: str, run_ids: list[str], reference: list[tuple[str, str]]) 
 
     from sqlalchemy import distinct, func, select
 
-    from skillstate.audit import audit
+    from skillstate.reading.audit import audit
     from skillstate.storage.schema import events
     from skillstate.storage.store import Store
 

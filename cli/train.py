@@ -131,7 +131,7 @@ def show_plan(store, run_id: str, config: SkillConfig) -> None:
     stderr, so --json output stays clean)."""
     if config.backend == "sim":
         return
-    from skillstate.plan import plan_of
+    from skillstate.reading.plan import plan_of
 
     click.echo(f"{plan_of(store, run_id).describe()}; stop at a budget with --max-cost-usd", err=True)
 
@@ -294,7 +294,7 @@ def fork(args, lr, edit_budget, epochs, assignments, max_cost_usd, new_run_id, n
     if no_run:
         if as_json or events is not None:
             from skillstate.engine.runner import load_run
-            from skillstate.history import run_summary
+            from skillstate.reading.history import run_summary
 
             summary = run_summary(store, load_run(store, child))
             if events is not None:

@@ -310,7 +310,7 @@ def copy_runs(source: Store, dest: Store, run_ids: list[str] | None = None, *, a
               on_run: Callable[[RunCopy], None] | None = None) -> CopyReport:
     """Copy runs (default: all) with their fork ancestors, blobs and calls
     from `source` to `dest`, then audit each at `dest`."""
-    from skillstate.audit import audit
+    from skillstate.reading.audit import audit
 
     if same_database(source.url, dest.url):
         raise UserError(f"--from and --to name the same database ({source.display_url}); nothing to copy")

@@ -14,7 +14,7 @@ One skillstate run becomes one MLflow run, found again by its tag
   step, the counts of decisions and the run's cost;
 - artifacts: `skills/initial.md`, `skills/step_NNN.md` (the skill each
   accepted step made current), `skills/best.md`, for a fork
-  `skills/fork_start.md`, and `curves.json` (`skillstate.curves.run_curves`);
+  `skills/fork_start.md`, and `curves.json` (`skillstate.reading.curves.run_curves`);
 - tags: `skillstate.run_id`, `.kind`, `.status`, `.head` (SEQ:HASH of the
   run's last event, as `skillstate head` prints it), `.exported_steps`,
   `.database` (without its password), and for a fork `.parent_run_id`,
@@ -136,7 +136,7 @@ def config_params(config: dict[str, Any], limit: int = 6000) -> dict[str, str]:
 
 def _status(state: Any) -> tuple[str, str]:
     """(skillstate status, MLflow run status)."""
-    from skillstate.history import status_of
+    from skillstate.reading.history import status_of
 
     status = status_of(state)
     if state.completed:
@@ -197,8 +197,8 @@ class _Exporter:
         return runs[0] if runs else None
 
     def export(self, run_id: str | None) -> dict[str, Any]:
-        from skillstate.curves import run_curves
         from skillstate.engine.runner import load_run
+        from skillstate.reading.curves import run_curves
 
         loaded = load_run(self.store, run_id)
         if loaded.run_id in self.done:

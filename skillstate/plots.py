@@ -1,7 +1,7 @@
 """Figures for papers: a run's learning curves, or several runs overlaid, and
 the per-task-type test scores of the baseline and the best skill.
 
-Everything is drawn from `skillstate.curves.run_curves`, folded from the log:
+Everything is drawn from `skillstate.reading.curves.run_curves`, folded from the log:
 nothing here calls an LLM or writes to the database. matplotlib (the `plots`
 extra) is imported by the functions that draw, on the Agg canvas, without
 pyplot: importing this module is cheap and the figures share no global state.
@@ -108,8 +108,8 @@ def output_format(path: str | Path) -> str:
 def load_curves(store: Store, run_ids: list[str | None]) -> list[dict[str, Any]]:
     """The curves of each run (None: the latest training run), refusing
     evaluation runs and runs with no decided step."""
-    from skillstate.curves import run_curves
     from skillstate.engine.runner import load_run
+    from skillstate.reading.curves import run_curves
 
     out, seen = [], set()
     for run_id in run_ids or [None]:

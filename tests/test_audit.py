@@ -9,8 +9,8 @@ from click.testing import CliRunner
 from conftest import small_config
 from sqlalchemy import delete, select, update
 
-from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
+from skillstate.reading.audit import audit, verify
 from skillstate.storage.store import Store, blobs, events, llm_calls
 from skillstate.trainer import Trainer
 

@@ -9,8 +9,8 @@ from conftest import small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillstate.audit import audit, verify
 from skillstate.engine.runner import lineage_events
+from skillstate.reading.audit import audit, verify
 from skillstate.skillopt import gate
 from skillstate.trainer import Trainer
 

@@ -11,11 +11,11 @@ from conftest import EXAMPLES, Crash, assert_paid_once, crashing_factory, logica
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillstate.audit import audit, verify
 from skillstate.config import SkillConfig
 from skillstate.engine.runner import lineage_events
 from skillstate.envs.episode import EpisodeSettings
 from skillstate.envs.episode_loop import episode_prompt, window
+from skillstate.reading.audit import audit, verify
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 

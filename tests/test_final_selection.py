@@ -16,7 +16,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
 from skillstate.config import stored_config
 from skillstate.dashboard.app import create_app
@@ -24,6 +23,7 @@ from skillstate.dashboard.store_view import open_read_only
 from skillstate.engine import runner
 from skillstate.engine.runner import lineage_events, load_run
 from skillstate.log.reducer import fold
+from skillstate.reading.audit import audit, verify
 from skillstate.sim.world import bundled_splits
 from skillstate.skillopt import final_selection as rules
 from skillstate.storage.store import Store
@@ -264,7 +264,7 @@ def test_without_a_test_evaluation_the_selection_is_still_reported(tmp_path):
 
 def test_the_plan_counts_the_re_scoring_calls():
     from skillstate.config import SkillConfig
-    from skillstate.plan import plan_run
+    from skillstate.reading.plan import plan_run
 
     splits = {"train": [{"id": str(i), "question": "q"} for i in range(80)],
               "val": [{"id": f"v{i}", "question": "q"} for i in range(20)],

@@ -9,9 +9,9 @@ import json
 import pytest
 from conftest import assert_paid_once, logical_usage, scripted_factory, small_config
 
-from skillstate.audit import audit, verify
 from skillstate.engine import runner
 from skillstate.engine.runner import lineage_events, load_run
+from skillstate.reading.audit import audit, verify
 from skillstate.skillopt.guidance import END, START, guidance_of
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer

@@ -361,7 +361,7 @@ def test_a_huge_option_value_makes_a_short_line(db):
 def test_a_run_stored_before_the_checks_still_resumes_and_verifies(tmp_path):
     """A log written by an older version may hold values refused now (an empty
     stop_file, target_score 2, a negative price): it is read back as it was."""
-    from skillstate.audit import verify
+    from skillstate.reading.audit import verify
     from skillstate.storage.store import GENESIS
 
     store = Store(f"sqlite:///{tmp_path / 'runs.db'}")

@@ -323,7 +323,7 @@ def test_a_new_openai_run_shows_its_plan_first_and_a_sim_run_does_not(sim_server
 
 def test_the_plan_counts_steps_and_calls_from_the_schedule():
     from skillstate.config import SkillConfig
-    from skillstate.plan import plan_run
+    from skillstate.reading.plan import plan_run
 
     splits = {"train": [{"id": str(i), "question": "q" * 40} for i in range(100)],
               "val": [{"id": f"v{i}", "question": "q"} for i in range(20)],

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from conftest import small_config
 
 from skillstate.cli.main import cli
-from skillstate.curves import run_curves
 from skillstate.engine.runner import load_run
+from skillstate.reading.curves import run_curves
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 

@@ -15,10 +15,10 @@ from conftest import Crash, small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillstate.audit import verify
 from skillstate.cli.main import cli
 from skillstate.engine.runner import make_backend
 from skillstate.prompts import resolve_prompts
+from skillstate.reading.audit import verify
 from skillstate.sim.noise import MODERATE, SimNoise
 from skillstate.sim.pruner import prune_reply
 from skillstate.sim.world import SimWorld, bundled_splits

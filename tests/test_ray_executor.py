@@ -16,11 +16,11 @@ import pytest
 from click.testing import CliRunner
 from conftest import EXAMPLES, assert_paid_once, logical_usage
 
-from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
 from skillstate.config import SkillConfig, semantic_view
 from skillstate.engine.executors import pool_size
 from skillstate.errors import BudgetStop, ConfigError
+from skillstate.reading.audit import audit, verify
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 

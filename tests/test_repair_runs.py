@@ -20,9 +20,9 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
 from skillstate.dashboard.app import create_app
+from skillstate.reading.audit import audit, verify
 from skillstate.storage.store import Store
 
 DRIVER = Path(__file__).parent / "sweep_driver.py"

@@ -29,8 +29,8 @@ from conftest import PG_ENV, Databases, small_config
 from sqlalchemy import distinct, func, insert, select, update
 from test_sweep import Proc
 
-from skillstate.audit import audit, verify
 from skillstate.errors import RunBusyError, UserError
+from skillstate.reading.audit import audit, verify
 from skillstate.storage.lease import RunLease, host_id, lease_ttl
 from skillstate.storage.schema import events, llm_calls, run_leases
 from skillstate.storage.store import Store

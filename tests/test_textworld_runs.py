@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 from conftest import Crash, assert_paid_once, crashing_factory, logical_usage
 
-from skillstate.audit import audit, verify
 from skillstate.config import SkillConfig
 from skillstate.engine.runner import lineage_events
+from skillstate.reading.audit import audit, verify
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from skillstate.failures import event_call_refs
 from skillstate.llm.base import ChatResponse
+from skillstate.reading.failures import event_call_refs
 from skillstate.storage.schema import llm_calls
 from skillstate.storage.store import Store, StoredEvent
 

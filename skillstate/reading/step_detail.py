@@ -9,7 +9,6 @@ from typing import Any
 
 from skillstate.engine.loading import LoadedRun
 from skillstate.errors import NotFoundError
-from skillstate.failures import failed_calls
 from skillstate.log.events import (
     BankEvolved,
     BankValidated,
@@ -25,6 +24,7 @@ from skillstate.log.events import (
     StepStarted,
 )
 from skillstate.log.events_repair import EditsAblated
+from skillstate.reading.failures import failed_calls
 from skillstate.storage.store import Store
 
 
