@@ -312,8 +312,8 @@ def export_sft(run_id, output, db) -> None:
         skillstate export-sft -o sft.jsonl
         python -c "import datasets; print(datasets.load_dataset('json', data_files='sft.jsonl'))"
     """
+    from skillstate.exports.training_data import sft_rows
     from skillstate.storage.store import open_store
-    from skillstate.training_data import sft_rows
 
     store = open_store(db, create=False)
     rows, skipped = sft_rows(store, store.require_run(run_id).run_id)
@@ -337,8 +337,8 @@ def export_grpo(run_id, output, db) -> None:
         skillstate eval --skill best.md --split train --samples 4 --set target.temperature=1.0 --run-id g
         skillstate export-grpo g -o grpo.jsonl
     """
+    from skillstate.exports.training_data import grpo_rows
     from skillstate.storage.store import open_store
-    from skillstate.training_data import grpo_rows
 
     store = open_store(db, create=False)
     rows, skipped, failed = grpo_rows(store, store.require_run(run_id).run_id)

@@ -180,7 +180,7 @@ def db_copy(source_url, dest_url, run_ids, as_json) -> None:
         skillstate db copy --from sqlite:///skillstate.db \\
             --to postgresql+psycopg://me@db.team/skills my-run my-fork
     """
-    from skillstate.db_copy import copy_runs, runs_to_copy, same_database
+    from skillstate.exports.db_copy import copy_runs, runs_to_copy, same_database
     from skillstate.storage.store import open_store
 
     source = open_store(source_url, create=False, write=False)

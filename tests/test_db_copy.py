@@ -22,7 +22,7 @@ from conftest import PG_ENV, Crash, Databases, crashing_factory, small_config
 from sqlalchemy import func, select
 
 from skillstate.cli.main import cli
-from skillstate.db_copy import copy_runs
+from skillstate.exports.db_copy import copy_runs
 from skillstate.reading.audit import audit, verify
 from skillstate.storage.schema import blobs, events, llm_calls, runs
 from skillstate.storage.store import Store

@@ -86,7 +86,7 @@ def test_a_textworld_express_bank_run_learns_audits_and_verifies(tmp_path):
     assert audit(store, "b").ok
     report = verify(store, "b")  # plays every episode again
     assert report.ok and report.checked == report.total
-    from skillstate.training_data import sft_rows  # a successful episode: one SFT row per turn
+    from skillstate.exports.training_data import sft_rows  # a successful episode: one SFT row per turn
 
     rows, skipped = sft_rows(store, "b")
     wins = [r for e in rollouts for r in e.results if r.hard >= 1]
