@@ -20,8 +20,8 @@ from pathlib import Path
 import yaml
 
 from skillstate import SkillConfig, Trainer
-from skillstate.audit import verify
 from skillstate.envs.registry import resolve_env
+from skillstate.reading.audit import verify
 
 ENV_TIME = {"seconds": 0.0}
 _LOCK = threading.Lock()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from skillstate.config import SkillConfig
 from skillstate.engine.loading import load_run
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 PAGES = {

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from skillstate import SkillConfig, Trainer
-from skillstate.audit import audit, verify
-from skillstate.history import replay
+from skillstate.reading.audit import audit, verify
+from skillstate.reading.history import replay
 
 
 def timed(label: str, fn):

@@ -28,7 +28,7 @@ from skillstate.engine.runner import load_run
 from skillstate.sim.noise import MODERATE, SimNoise
 from skillstate.sim.server import SimServer
 from skillstate.sim.world import SimWorld
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import evaluate_skill
 
 WORLDS = {"clean": SimNoise(), "noisy": SimNoise(**MODERATE)}

@@ -176,7 +176,7 @@ def drop_schema(base: str, schema: str) -> None:
 
 def reference_log(run_args: list[str], workdir: Path) -> tuple[list[tuple[str, str]], float]:
     """The (type, payload) list of the config run alone on SQLite, and how long it took."""
-    from skillstate.store import Store
+    from skillstate.storage.store import Store
 
     url = f"sqlite:///{workdir / 'reference.db'}"
     t0 = time.perf_counter()
@@ -219,9 +219,9 @@ def verify_runs(url: str, run_ids: list[str], reference: list[tuple[str, str]]) 
 
     from sqlalchemy import distinct, func, select
 
-    from skillstate.audit import audit
-    from skillstate.schema import events
-    from skillstate.store import Store
+    from skillstate.reading.audit import audit
+    from skillstate.storage.schema import events
+    from skillstate.storage.store import Store
 
     store = Store(url, upgrade=False)
     out = []
@@ -249,7 +249,7 @@ def server_commits(url: str) -> int:
     """Transactions the PostgreSQL server committed in the database so far (reads count too); 0 on SQLite."""
     from sqlalchemy import text
 
-    from skillstate.store import Store
+    from skillstate.storage.store import Store
 
     store = Store(url, upgrade=False)
     if store.engine.dialect.name != "postgresql":
@@ -268,7 +268,7 @@ def load_test(base: str, *, runs: int = 8, epochs: int = 4, batch_size: int | No
               progress=print) -> dict[str, Any]:
     from sqlalchemy.engine import make_url
 
-    from skillstate.store import Store
+    from skillstate.storage.store import Store
 
     load_before = os.getloadavg()
     run_args = ["--epochs", str(epochs), "-q", "--set", f"llm_cache={cache}"]

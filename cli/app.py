@@ -112,7 +112,7 @@ def _remember_db(ctx: click.Context, _param: click.Parameter, value: str) -> str
 
 
 def _existing_db(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    from skillstate.store import make_engine
+    from skillstate.storage.store import make_engine
 
     make_engine(value, create=False).dispose()  # a bad URL or a missing file: one line, nothing created
     return _remember_db(ctx, param, value)

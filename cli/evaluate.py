@@ -56,7 +56,7 @@ def evaluate(skill_file, split, data, env_name, backend, model, base_url, config
     from skillstate.cli.live import JsonEvents, reporter
     from skillstate.cli.render import summary_text
     from skillstate.engine.loading import new_run_id
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
     from skillstate.trainer import evaluate_skill
 
     check_outputs(as_json, json_events)

@@ -23,8 +23,8 @@ def head(run_id, as_json, db) -> None:
     Example:
         skillstate head my-run > my-run.head
     """
-    from skillstate.audit import head as run_head
-    from skillstate.store import open_store
+    from skillstate.reading.audit import head as run_head
+    from skillstate.storage.store import open_store
 
     h = run_head(open_store(db, create=False), run_id)
     if as_json:

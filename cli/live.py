@@ -28,7 +28,7 @@ from rich.text import Text
 from skillstate.cli.render import ProgressPrinter, warnings_only
 from skillstate.engine.context import Progress
 from skillstate.engine.meter import CallProgress
-from skillstate.store import Store, StoredEvent
+from skillstate.storage.store import Store, StoredEvent
 
 Callback = Callable[[Progress], None]
 

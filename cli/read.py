@@ -37,7 +37,7 @@ def runs(as_json, db) -> None:
         skillstate runs --json
     """
     from skillstate.cli.render import run_rows, runs_lines
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
     rows = run_rows(store, store.list_runs())
@@ -70,7 +70,7 @@ def log(run_id, step, lineage, as_json, db) -> None:
     """
     from skillstate.cli.render import log_lines
     from skillstate.engine.runner import load_run
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
     loaded = load_run(store, run_id)
@@ -103,9 +103,9 @@ def show(run_id, step, as_json, db) -> None:
     """
     from skillstate.cli.render import history_lines, summary_text
     from skillstate.engine.runner import load_run
-    from skillstate.history import run_summary
-    from skillstate.step_detail import step_detail
-    from skillstate.store import open_store
+    from skillstate.reading.history import run_summary
+    from skillstate.reading.step_detail import step_detail
+    from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
     loaded = load_run(store, run_id)
@@ -153,11 +153,11 @@ def replay(run_id, to_step, verify, as_json, db) -> None:
     """
     if verify == (to_step is not None):
         raise UserError("replay needs exactly one of --to-step N or --verify")
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
     if verify:
-        from skillstate.audit import verify as run_verify
+        from skillstate.reading.audit import verify as run_verify
 
         report = run_verify(store, run_id)
         if as_json:
@@ -169,7 +169,7 @@ def replay(run_id, to_step, verify, as_json, db) -> None:
             raise click.ClickException(f"run {report.run_id}: diverges at event {report.seq}: {report.divergence}")
         return
     from skillstate.cli.render import fmt
-    from skillstate.history import replay as run_replay
+    from skillstate.reading.history import replay as run_replay
 
     snap = run_replay(store, run_id, parse_step(to_step))
     if as_json:
@@ -204,14 +204,14 @@ def why(args, as_json, db) -> None:
         skillstate why my-run "single word"
         skillstate why -- "- Keep answers short."   # text that starts with -
     """
-    from skillstate.provenance import explain
-    from skillstate.store import open_store
+    from skillstate.reading.provenance import explain
+    from skillstate.storage.store import open_store
 
     if len(args) > 2:
         raise UserError('why takes [RUN] TEXT (quote the text: skillstate why "some words")')
     run_id, text = (None, args[0]) if len(args) == 1 else args
     store = open_store(db, create=False)
-    from skillstate.bank_provenance import bank_why_text, explain_bank, is_bank_run
+    from skillstate.reading.bank_provenance import bank_why_text, explain_bank, is_bank_run
 
     if is_bank_run(store, run_id):  # mode bank: which skills hold the text, and where each came from
         bank_info = explain_bank(store, run_id, text)
@@ -254,8 +254,8 @@ def audit(run_id, expect_head, as_json, db) -> None:
         skillstate audit my-run
         skillstate audit my-run --head "$(cat my-run.head)"
     """
-    from skillstate.audit import audit as run_audit
-    from skillstate.store import open_store
+    from skillstate.reading.audit import audit as run_audit
+    from skillstate.storage.store import open_store
 
     report = run_audit(open_store(db, create=False), run_id, expect_head=expect_head)
     checks = "hash chain and invariants" + (", signatures" if report.keyed else "") + (
@@ -283,8 +283,8 @@ def export(run_id, step, best, output, db) -> None:
         skillstate export -o skill.md
         skillstate export my-run --step 3
     """
-    from skillstate.history import skill_at
-    from skillstate.store import open_store
+    from skillstate.reading.history import skill_at
+    from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
     _, text = skill_at(store, run_id, step_arg(step), best=best)
@@ -312,8 +312,8 @@ def export_sft(run_id, output, db) -> None:
         skillstate export-sft -o sft.jsonl
         python -c "import datasets; print(datasets.load_dataset('json', data_files='sft.jsonl'))"
     """
-    from skillstate.store import open_store
-    from skillstate.training_data import sft_rows
+    from skillstate.exports.training_data import sft_rows
+    from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
     rows, skipped = sft_rows(store, store.require_run(run_id).run_id)
@@ -337,8 +337,8 @@ def export_grpo(run_id, output, db) -> None:
         skillstate eval --skill best.md --split train --samples 4 --set target.temperature=1.0 --run-id g
         skillstate export-grpo g -o grpo.jsonl
     """
-    from skillstate.store import open_store
-    from skillstate.training_data import grpo_rows
+    from skillstate.exports.training_data import grpo_rows
+    from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
     rows, skipped, failed = grpo_rows(store, store.require_run(run_id).run_id)
@@ -366,8 +366,8 @@ def diff(args, db) -> None:
     Example:
         skillstate diff 0 4
     """
-    from skillstate.history import skill_diff
-    from skillstate.store import open_store
+    from skillstate.reading.history import skill_diff
+    from skillstate.storage.store import open_store
 
     if len(positional(args)) not in (2, 3):
         raise UserError("diff takes [RUN] STEP_A STEP_B")

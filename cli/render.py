@@ -9,11 +9,10 @@ from typing import Any
 import click
 from rich.cells import cell_len
 
-from skillstate import selection_report
 from skillstate.cli.notes import tool_use_lines, unrecorded_lines
 from skillstate.cli.tables import MIN_SHRUNK, Col, clip, output_width, table_lines, wrapped
 from skillstate.engine.context import Progress
-from skillstate.events import (
+from skillstate.log.events import (
     BankEvolved,
     BankSeeded,
     BankValidated,
@@ -41,11 +40,12 @@ from skillstate.events import (
     StopConditionMet,
     TestEvaluated,
 )
-from skillstate.events_repair import EditsAblated
-from skillstate.history import status_of
-from skillstate.prune_events import PruneDecided, PruneProposed
-from skillstate.reducer import RunState
-from skillstate.selection_events import FinalSelected, SelectionScored
+from skillstate.log.events_repair import EditsAblated
+from skillstate.log.prune_events import PruneDecided, PruneProposed
+from skillstate.log.reducer import RunState
+from skillstate.log.selection_events import FinalSelected, SelectionScored
+from skillstate.reading import selection_report
+from skillstate.reading.history import status_of
 
 
 def fmt(value: float | None) -> str:

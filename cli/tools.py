@@ -99,7 +99,7 @@ def db_upgrade(db) -> None:
     Example:
         skillstate db upgrade --db postgresql+psycopg://localhost/skills
     """
-    from skillstate.migrate import current_revision, ensure_schema, head_revision
+    from skillstate.storage.migrate import current_revision, ensure_schema, head_revision
 
     with _engine(db, create=True) as engine:
         before = current_revision(engine)
@@ -123,7 +123,7 @@ def db_check(db) -> None:
     Example:
         skillstate db check --db sqlite:///skillstate.db
     """
-    from skillstate.migrate import SchemaError, file_problem, head_revision, inspect_schema
+    from skillstate.storage.migrate import SchemaError, file_problem, head_revision, inspect_schema
 
     with _engine(db, create=False) as engine:
         report = inspect_schema(engine)
@@ -143,8 +143,8 @@ def _engine(url: str, *, create: bool) -> Iterator[Engine]:
     """An engine on `url` whose database errors (cannot connect, cannot create) are one line."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from skillstate.migrate import DatabaseProblem, db_reason
-    from skillstate.store import make_engine
+    from skillstate.storage.migrate import DatabaseProblem, db_reason
+    from skillstate.storage.store import make_engine
 
     engine = make_engine(url, create=create)
     try:
@@ -180,8 +180,8 @@ def db_copy(source_url, dest_url, run_ids, as_json) -> None:
         skillstate db copy --from sqlite:///skillstate.db \\
             --to postgresql+psycopg://me@db.team/skills my-run my-fork
     """
-    from skillstate.db_copy import copy_runs, runs_to_copy, same_database
-    from skillstate.store import open_store
+    from skillstate.exports.db_copy import copy_runs, runs_to_copy, same_database
+    from skillstate.storage.store import open_store
 
     source = open_store(source_url, create=False, write=False)
     try:

@@ -84,7 +84,7 @@ def run(config_file, backend, data, env_name, model, optimizer_model, target_mod
     """
     from skillstate.cli.live import JsonEvents, reporter
     from skillstate.engine.runner import load_run
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
     from skillstate.trainer import Trainer
 
     check_outputs(as_json, json_events)
@@ -131,7 +131,7 @@ def show_plan(store, run_id: str, config: SkillConfig) -> None:
     stderr, so --json output stays clean)."""
     if config.backend == "sim":
         return
-    from skillstate.plan import plan_of
+    from skillstate.reading.plan import plan_of
 
     click.echo(f"{plan_of(store, run_id).describe()}; stop at a budget with --max-cost-usd", err=True)
 
@@ -221,7 +221,7 @@ def resume(run_id, max_cost_usd, assignments, quiet, as_json, json_events, db) -
     from skillstate.cli.live import JsonEvents, reporter
     from skillstate.config_sources import build_config
     from skillstate.engine.runner import load_run
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
     from skillstate.trainer import Trainer
 
     check_outputs(as_json, json_events)
@@ -267,7 +267,7 @@ def fork(args, lr, edit_budget, epochs, assignments, max_cost_usd, new_run_id, n
     """
     from skillstate.cli.live import JsonEvents, reporter
     from skillstate.engine.runner import fork_run
-    from skillstate.store import open_store
+    from skillstate.storage.store import open_store
     from skillstate.trainer import Trainer
 
     check_outputs(as_json, json_events)
@@ -294,7 +294,7 @@ def fork(args, lr, edit_budget, epochs, assignments, max_cost_usd, new_run_id, n
     if no_run:
         if as_json or events is not None:
             from skillstate.engine.runner import load_run
-            from skillstate.history import run_summary
+            from skillstate.reading.history import run_summary
 
             summary = run_summary(store, load_run(store, child))
             if events is not None:

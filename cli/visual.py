@@ -38,8 +38,8 @@ def plot(run_ids, output, x_axis, no_bars, title, dpi, db) -> None:
         skillstate plot my-run my-run-fork -o curves.pdf --title "linear vs cosine"
         skillstate plot my-run --x cost --no-bars -o budget.svg
     """
-    from skillstate.plots import plot_to_file
-    from skillstate.store import open_store
+    from skillstate.exports.plots import plot_to_file
+    from skillstate.storage.store import open_store
 
     info = plot_to_file(open_store(db, create=False), list(run_ids), output, x=x_axis, bars=not no_bars,
                         title=title, dpi=dpi)
@@ -69,8 +69,8 @@ def export_mlflow(run_id, tracking_uri, experiment, as_json, db) -> None:
         skillstate export-mlflow my-run --tracking-uri sqlite:///mlflow.db --experiment paper
         mlflow ui --backend-store-uri sqlite:///mlflow.db
     """
-    from skillstate.mlflow_export import export_run
-    from skillstate.store import open_store
+    from skillstate.exports.mlflow_export import export_run
+    from skillstate.storage.store import open_store
 
     result = export_run(open_store(db, create=False), run_id, tracking_uri=tracking_uri, experiment=experiment)
     if as_json:

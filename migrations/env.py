@@ -3,7 +3,7 @@
 from alembic import context
 from sqlalchemy import create_engine
 
-from skillstate.schema import metadata
+from skillstate.storage.schema import metadata
 
 connection = context.config.attributes.get("connection")
 

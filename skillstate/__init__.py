@@ -10,14 +10,15 @@ __all__ = ["RunResult", "SkillConfig", "Store", "Trainer", "build_config", "eval
 
 # The public names load on first use (PEP 562): `import skillstate.cli`, and so
 # `skillstate --help`, then loads neither SQLAlchemy, pydantic nor the engine.
-_LAZY = {"SkillConfig": "skillstate.config", "build_config": "skillstate.config_sources", "Store": "skillstate.store",
-         "open_store": "skillstate.store", "RunResult": "skillstate.trainer", "Trainer": "skillstate.trainer",
+_LAZY = {"SkillConfig": "skillstate.config", "build_config": "skillstate.config_sources",
+         "Store": "skillstate.storage.store", "open_store": "skillstate.storage.store",
+         "RunResult": "skillstate.trainer", "Trainer": "skillstate.trainer",
          "evaluate_skill": "skillstate.trainer"}
 
 if _typing.TYPE_CHECKING:
     from skillstate.config import SkillConfig
     from skillstate.config_sources import build_config
-    from skillstate.store import Store, open_store
+    from skillstate.storage.store import Store, open_store
     from skillstate.trainer import RunResult, Trainer, evaluate_skill
 
 

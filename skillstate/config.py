@@ -24,7 +24,7 @@ from skillstate.config_parts import (  # noqa: F401  (re-exported: the sections 
 )
 from skillstate.config_section import Section, is_stored
 from skillstate.errors import ConfigError
-from skillstate.final_selection import FinalSelectionConfig
+from skillstate.skillopt.final_selection import FinalSelectionConfig
 from skillstate.util import redact  # noqa: F401  (re-exported: callers import it from here)
 
 Backend = Literal["sim", "openai"]

@@ -23,9 +23,9 @@ from skillstate.engine.runner import (
 )
 from skillstate.envs.registry import env_settings, resolve_env
 from skillstate.errors import UserError
-from skillstate.history import run_summary
-from skillstate.reducer import RunState, need
-from skillstate.store import Store, open_store
+from skillstate.log.reducer import RunState, need
+from skillstate.reading.history import run_summary
+from skillstate.storage.store import Store, open_store
 
 
 @dataclass

@@ -13,7 +13,7 @@ import pytest
 from skillstate.config import SkillConfig
 from skillstate.sim.server import SimServer
 from skillstate.sim.world import SimWorld, bundled_splits
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -27,7 +27,7 @@ import threading
 import time
 
 from skillstate.cli.main import main
-from skillstate.store import Store
+from skillstate.storage.store import Store
 
 _paused = threading.Event()
 

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 from conftest import small_config
 from sqlalchemy import delete, select, update
 
-from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
-from skillstate.store import Store, blobs, events, llm_calls
+from skillstate.reading.audit import audit, verify
+from skillstate.storage.store import Store, blobs, events, llm_calls
 from skillstate.trainer import Trainer
 
 
@@ -74,7 +74,7 @@ def test_a_missing_or_corrupted_blob_is_found(run_db):
 
 def test_an_unknown_event_type_is_found(run_db):
     store, _ = run_db
-    from skillstate.store import event_hash
+    from skillstate.storage.store import event_hash
 
     last = store.read_events("r")[-1]
     payload = "{}"
@@ -108,7 +108,7 @@ def test_verify_names_the_first_divergence(run_db):
 
 def test_reading_commands_on_a_corrupt_log_fail_in_one_line(run_db):
     store, url = run_db
-    from skillstate.store import event_hash
+    from skillstate.storage.store import event_hash
 
     last = store.read_events("r")[-1]
     with store.engine.begin() as conn:
@@ -129,7 +129,7 @@ def test_reading_commands_on_a_corrupt_log_fail_in_one_line(run_db):
 def test_a_damaged_blob_of_the_parent_is_named_by_the_forks_audit_and_resume(run_db):
     """The fork inherits the parent's prefix and its blobs: a trajectory named only in the parent's
     baseline results, cut, is named (its run, event and blob) by both runs' audits and by resume."""
-    from skillstate.blob_walk import trajectories_in
+    from skillstate.storage.blob_walk import trajectories_in
 
     store, url = run_db
     own = store.read_events("r")

@@ -10,16 +10,16 @@ import pytest
 from click.testing import CliRunner
 from conftest import EXAMPLES, Crash, assert_paid_once, small_config
 
-from skillstate.audit import audit, verify
 from skillstate.bank.document import category_of, read_bank
 from skillstate.cli.main import cli
 from skillstate.engine import runner as engine_runner
 from skillstate.engine.runner import lineage_events
-from skillstate.event_codec import encode
-from skillstate.store import Store
+from skillstate.log.event_codec import encode
+from skillstate.log.values import ItemResult
+from skillstate.reading.audit import audit, verify
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 from skillstate.util import canonical_json
-from skillstate.values import ItemResult
 
 BANK = dict(mode="bank", num_epochs=2)
 

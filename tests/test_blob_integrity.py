@@ -18,13 +18,13 @@ from conftest import Crash, Databases, crashing_factory, small_config
 from sqlalchemy import delete, func, select, update
 from starlette.testclient import TestClient
 
-from skillstate.audit import audit, head, verify
-from skillstate.blob_walk import trajectories_in
 from skillstate.cli.main import cli
 from skillstate.dashboard.app import create_app
 from skillstate.dashboard.store_view import open_read_only
 from skillstate.errors import CorruptLogError
-from skillstate.store import Store, blobs, llm_calls, runs
+from skillstate.reading.audit import audit, head, verify
+from skillstate.storage.blob_walk import trajectories_in
+from skillstate.storage.store import Store, blobs, llm_calls, runs
 from skillstate.trainer import Trainer
 
 DAMAGE = ["missing", "altered", "truncated", "bit-flipped"]

@@ -21,8 +21,8 @@ from skillstate.cli.main import cli
 from skillstate.dashboard.app import create_app
 from skillstate.dashboard.store_view import RunCache, open_read_only
 from skillstate.engine.loading import load_run
-from skillstate.provenance import explain
-from skillstate.store import Store
+from skillstate.reading.provenance import explain
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 PAYLOAD_SCRIPT = "<script>window.__pwned = 1</script>"

@@ -19,8 +19,8 @@ from conftest import small_config
 from test_dashboard import PAYLOAD_IMG, PAYLOAD_SCRIPT, run_one_step, runs_database
 
 from skillstate.engine.loading import load_run
-from skillstate.provenance import explain
-from skillstate.store import Store
+from skillstate.reading.provenance import explain
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 pytestmark = pytest.mark.browser

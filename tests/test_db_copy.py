@@ -21,11 +21,11 @@ from click.testing import CliRunner
 from conftest import PG_ENV, Crash, Databases, crashing_factory, small_config
 from sqlalchemy import func, select
 
-from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
-from skillstate.db_copy import copy_runs
-from skillstate.schema import blobs, events, llm_calls, runs
-from skillstate.store import Store
+from skillstate.exports.db_copy import copy_runs
+from skillstate.reading.audit import audit, verify
+from skillstate.storage.schema import blobs, events, llm_calls, runs
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer, evaluate_skill
 
 HERE = Path(__file__).resolve().parent

@@ -9,9 +9,9 @@ from conftest import small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillstate import gate
-from skillstate.audit import audit, verify
 from skillstate.engine.runner import lineage_events
+from skillstate.reading.audit import audit, verify
+from skillstate.skillopt import gate
 from skillstate.trainer import Trainer
 
 score = st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0, 1, allow_nan=False))

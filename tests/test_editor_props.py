@@ -1,4 +1,4 @@
-"""Property tests for skillstate.editor: apply_edit / apply_edits.
+"""Property tests for skillstate.skillopt.editor: apply_edit / apply_edits.
 
 Texts come from a small alphabet of words, spaces and newlines, and targets
 are often slices of the text, so "target present" cases are common.
@@ -9,8 +9,8 @@ from __future__ import annotations
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from skillstate.editor import CHANGED, OPS, apply_edit, apply_edits
-from skillstate.events import Edit
+from skillstate.log.events import Edit
+from skillstate.skillopt.editor import CHANGED, OPS, apply_edit, apply_edits
 
 # Strategies here are heavier than in the other files; 100 examples keeps
 # the file at a few seconds while still covering the interesting cases.

@@ -7,9 +7,9 @@ import json
 import pytest
 from conftest import Crash, assert_paid_once, crashing_factory, logical_usage, scripted_factory, small_config
 
-from skillstate.audit import audit, verify
 from skillstate.engine.runner import lineage_events
-from skillstate.store import Store
+from skillstate.reading.audit import audit, verify
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 

@@ -16,8 +16,8 @@ from skillstate.envs.base import RolloutOutcome, SkillEnv
 from skillstate.envs.episode import EpisodeEnv
 from skillstate.envs.registry import apply_settings, env_settings, resolve_env
 from skillstate.envs.tools import ToolEnv
-from skillstate.events import CallRef
 from skillstate.llm.base import CallResult, ChatRequest
+from skillstate.log.events import CallRef
 from skillstate.sim.backend import sim_backend_for
 from skillstate.util import canonical_json
 

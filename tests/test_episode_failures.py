@@ -11,12 +11,12 @@ import sys
 import pytest
 from conftest import EXAMPLES
 
-from skillstate.audit import audit, verify
 from skillstate.config import SkillConfig
 from skillstate.engine.create import fork_run
 from skillstate.errors import ConfigError, EnvStop, LLMStop
 from skillstate.llm.base import ChatResponse
-from skillstate.store import Store
+from skillstate.reading.audit import audit, verify
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 

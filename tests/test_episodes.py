@@ -11,12 +11,12 @@ from conftest import EXAMPLES, Crash, assert_paid_once, crashing_factory, logica
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillstate.audit import audit, verify
 from skillstate.config import SkillConfig
 from skillstate.engine.runner import lineage_events
 from skillstate.envs.episode import EpisodeSettings
 from skillstate.envs.episode_loop import episode_prompt, window
-from skillstate.store import Store
+from skillstate.reading.audit import audit, verify
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 ROOMS = "python:rooms_env:RoomsEnv"
@@ -77,7 +77,7 @@ def test_what_the_analysts_saw_is_a_recorded_window(tmp_path):
                      db=f"sqlite:///{tmp_path / 'r.db'}", run_id="r").train()
     from sqlalchemy import select
 
-    from skillstate.schema import llm_calls
+    from skillstate.storage.schema import llm_calls
 
     with result.store.engine.connect() as conn:
         requests = [json.loads(r) if isinstance(r, str) else r for (r,) in conn.execute(

@@ -16,12 +16,12 @@ from skillstate.cli.app import cli
 from skillstate.config import SkillConfig
 from skillstate.engine.runner import lineage_events
 from skillstate.errors import ConfigError
-from skillstate.event_codec import decode, encode
-from skillstate.events import RunStarted
+from skillstate.log.event_codec import decode, encode
+from skillstate.log.events import RunStarted
 from skillstate.pricing import DEFAULT_PRICES, price_for
 from skillstate.prompts import PROMPT_NAMES, resolve_prompts
 from skillstate.sim.world import bundled_splits
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 SIM_TYPES = {"arithmetic", "date_reasoning", "letter_counting", "list_ordering", "reading", "unit_conversion"}

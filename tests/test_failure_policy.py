@@ -36,7 +36,7 @@ from skillstate.cli.main import cli
 from skillstate.envs import load_dataset_dir
 from skillstate.sim.server import Fault, SimServer
 from skillstate.sim.world import SimWorld
-from skillstate.store import Store
+from skillstate.storage.store import Store
 
 ENV = {"OPENAI_API_KEY": "sk-failure-policy-test"}
 RUN = "r"

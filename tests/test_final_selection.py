@@ -16,18 +16,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from skillstate import final_selection as rules
-from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
 from skillstate.config import stored_config
 from skillstate.dashboard.app import create_app
 from skillstate.dashboard.store_view import open_read_only
 from skillstate.engine import runner
 from skillstate.engine.runner import lineage_events, load_run
-from skillstate.gate import gate_of
-from skillstate.reducer import cache_key, fold
+from skillstate.log.reducer import cache_key, fold
+from skillstate.reading.audit import audit, verify
 from skillstate.sim.world import bundled_splits
-from skillstate.store import Store
+from skillstate.skillopt import final_selection as rules
+from skillstate.skillopt.gate import gate_of
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 # On the noisy sim at seed 42 the best on val is not the best on the selection split.
@@ -265,7 +265,7 @@ def test_without_a_test_evaluation_the_selection_is_still_reported(tmp_path):
 
 def test_the_plan_counts_the_re_scoring_calls():
     from skillstate.config import SkillConfig
-    from skillstate.plan import plan_run
+    from skillstate.reading.plan import plan_run
 
     splits = {"train": [{"id": str(i), "question": "q"} for i in range(80)],
               "val": [{"id": f"v{i}", "question": "q"} for i in range(20)],

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from skillstate.engine.reflect import plan_minibatches
 from skillstate.engine.update import patch_skill
-from skillstate.events import Edit, ItemResult
-from skillstate.gate import semantic_density, with_density
-from skillstate.guidance import (
+from skillstate.log.events import Edit, ItemResult
+from skillstate.skillopt.gate import semantic_density, with_density
+from skillstate.skillopt.guidance import (
     END,
     LABELS,
     POLICIES,
@@ -29,7 +29,7 @@ from skillstate.guidance import (
     select_pairs,
     with_guidance,
 )
-from skillstate.scheduler import clamp_edit_count, epoch_batches, steps_per_epoch
+from skillstate.skillopt.scheduler import clamp_edit_count, epoch_batches, steps_per_epoch
 
 SETTINGS = settings(max_examples=120, deadline=None, database=None)
 NESTED_END = "<!-- SLOW_UPDATE_" + END + "END -->"  # becomes END once the inner END is removed

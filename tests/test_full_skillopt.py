@@ -9,11 +9,11 @@ import json
 import pytest
 from conftest import assert_paid_once, logical_usage, scripted_factory, small_config
 
-from skillstate.audit import audit, verify
 from skillstate.engine import runner
 from skillstate.engine.runner import lineage_events, load_run
-from skillstate.guidance import END, START, guidance_of
-from skillstate.store import Store
+from skillstate.reading.audit import audit, verify
+from skillstate.skillopt.guidance import END, START, guidance_of
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 # 3 epochs of 2 steps: epoch boundaries after steps 2 (not due: epoch 1), 4 and 6.
@@ -33,7 +33,7 @@ def _requests(store, run_id, role):
     """The user messages of every request the run recorded for `role`."""
     from sqlalchemy import select
 
-    from skillstate.store import llm_calls
+    from skillstate.storage.store import llm_calls
 
     with store.engine.connect() as conn:
         rows = conn.execute(select(llm_calls.c.request).where(llm_calls.c.run_id == run_id,

@@ -1,4 +1,4 @@
-"""Property tests for skillstate.gate: the acceptance rule and gate metric.
+"""Property tests for skillstate.skillopt.gate: the acceptance rule and gate metric.
 
 The engine folds decisions into (current, best): accept_best sets both to
 the candidate, accept sets current, reject leaves both unchanged.
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from skillstate.gate import ACCEPT, ACCEPT_BEST, REJECT, decide, gate_score
+from skillstate.skillopt.gate import ACCEPT, ACCEPT_BEST, REJECT, decide, gate_score
 
 SETTINGS = settings(max_examples=200, deadline=None)
 

@@ -1,4 +1,4 @@
-"""Property tests of the robust gate rules (skillstate.gate_robust and the
+"""Property tests of the robust gate rules (skillstate.skillopt.gate_robust and the
 decision in skillstate.engine.gating): the paired sign test, the per-type
 guard, and early reject under them."""
 
@@ -10,10 +10,10 @@ from fractions import Fraction
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from skillstate import gate
 from skillstate.config import SkillConfig
 from skillstate.engine import gating
-from skillstate.gate_robust import (
+from skillstate.skillopt import gate
+from skillstate.skillopt.gate_robust import (
     Reference,
     RobustRule,
     best_completion,

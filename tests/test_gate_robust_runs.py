@@ -10,11 +10,11 @@ import json
 from click.testing import CliRunner
 from conftest import small_config
 
-from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
 from skillstate.engine.runner import lineage_events
-from skillstate.event_codec import decode
-from skillstate.events import GateDecided
+from skillstate.log.event_codec import decode
+from skillstate.log.events import GateDecided
+from skillstate.reading.audit import audit, verify
 from skillstate.trainer import Trainer
 
 

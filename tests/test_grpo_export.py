@@ -10,10 +10,10 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from skillstate.audit import verify
 from skillstate.cli.main import cli
 from skillstate.llm.base import ChatRequest
-from skillstate.store import Store
+from skillstate.reading.audit import verify
+from skillstate.storage.store import Store
 
 MESSAGES = [{"role": "user", "content": "Question: 2 + 2?"}]
 

@@ -15,7 +15,7 @@ from skillstate.config_sources import build_config
 from skillstate.engine.runner import load_run
 from skillstate.envs.qa import load_dataset_dir
 from skillstate.errors import ConfigError
-from skillstate.store import open_store
+from skillstate.storage.store import open_store
 
 BOM = "\ufeff"
 SPLITS = ["train", "val", "test"]

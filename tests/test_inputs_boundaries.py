@@ -158,9 +158,9 @@ def test_1_a_nan_turn_score_in_an_episode_is_refused(bad_envs, tmp_path):
 
 
 def test_1_the_event_encoder_never_writes_a_number_it_cannot_read_back(store):
-    from skillstate.event_codec import UnencodableEventError, encode
-    from skillstate.events import GateDecided
-    from skillstate.store import GENESIS
+    from skillstate.log.event_codec import UnencodableEventError, encode
+    from skillstate.log.events import GateDecided
+    from skillstate.storage.store import GENESIS
 
     bad = GateDecided(step=1, decision="accept", candidate_score=math.nan, current_score=0.5, best_score=0.5)
     with pytest.raises(UnencodableEventError, match=r"GateDecided: candidate_score is nan"):
@@ -179,14 +179,14 @@ def test_1_a_log_damaged_before_this_check_hides_no_other_run_on_the_dashboard(t
 
     from skillstate.dashboard.app import create_app
     from skillstate.dashboard.store_view import open_read_only
-    from skillstate.events import GateDecided
-    from skillstate.store import Store
+    from skillstate.log.events import GateDecided
+    from skillstate.storage.store import Store
 
     db = f"sqlite:///{tmp_path / 'd.db'}"
     for run_id in ("fine", "nan"):
         assert invoke("run", "--run-id", run_id, *FAST, "--db", db).exit_code == 0
     writer = Store(db)
-    monkeypatch.setattr("skillstate.store.encode", lambda event: event.model_dump(mode="json"))  # the old one
+    monkeypatch.setattr("skillstate.storage.store.encode", lambda event: event.model_dump(mode="json"))  # the old one
     last = writer.read_events("nan")[-1]
     writer.append("nan", [GateDecided(step=1, decision="accept", candidate_score=math.nan, current_score=0.5,
                                       best_score=0.5)], last_seq=last.seq, last_hash=last.hash)

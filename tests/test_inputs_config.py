@@ -23,7 +23,7 @@ from skillstate.config import SkillConfig, config_keys, validate_config
 from skillstate.config_section import leaf_types
 from skillstate.engine.runner import create_run, dataset_of, load_run
 from skillstate.errors import ConfigError
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 
@@ -361,8 +361,8 @@ def test_a_huge_option_value_makes_a_short_line(db):
 def test_a_run_stored_before_the_checks_still_resumes_and_verifies(tmp_path):
     """A log written by an older version may hold values refused now (an empty
     stop_file, target_score 2, a negative price): it is read back as it was."""
-    from skillstate.audit import verify
-    from skillstate.store import GENESIS
+    from skillstate.reading.audit import verify
+    from skillstate.storage.store import GENESIS
 
     store = Store(f"sqlite:///{tmp_path / 'runs.db'}")
     template = store.read_events(create_run(store, SkillConfig(num_epochs=1, batch_size=120, eval_test=False),

@@ -28,7 +28,7 @@ from skillstate.engine.parsing import (
 from skillstate.llm.base import ChatRequest
 from skillstate.prompts import resolve_prompts
 from skillstate.sim.server import constrained_reply
-from skillstate.store import Store, llm_calls
+from skillstate.storage.store import Store, llm_calls
 from skillstate.util import canonical_json, sha256_text
 
 EDIT_ORDER = ["op", "target", "content"]

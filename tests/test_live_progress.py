@@ -19,7 +19,7 @@ from conftest import scripted_factory, small_config
 
 from skillstate.cli.main import cli
 from skillstate.engine.meter import CallMeter, CallProgress
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 ANSI = re.compile(r"\x1b\[")

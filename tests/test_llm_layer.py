@@ -19,7 +19,7 @@ from skillstate.errors import LLMStop, StorageStop
 from skillstate.llm.base import CallFailed, ChatResponse, CircuitOpen, FatalLLMError
 from skillstate.llm.health import CallHealth
 from skillstate.llm.openai_backend import parse_chat_body
-from skillstate.store import AUDIT_KEY_ENV, Store, event_hash, events
+from skillstate.storage.store import AUDIT_KEY_ENV, Store, event_hash, events
 from skillstate.trainer import Trainer
 
 
@@ -196,7 +196,7 @@ def test_response_format_json_schema_is_sent_and_covered_by_the_request_hash(sim
     assert res.exit_code == 0, res.output
     store = Store(db)
     with store.engine.connect() as conn:
-        from skillstate.store import llm_calls
+        from skillstate.storage.store import llm_calls
         requests = [json.loads(r[0]) for r in conn.execute(llm_calls.select().with_only_columns(
             llm_calls.c.request).where(llm_calls.c.role == "optimizer"))]
     formats = {r["response_format"]["json_schema"]["name"] for r in requests}
@@ -323,7 +323,7 @@ def test_a_new_openai_run_shows_its_plan_first_and_a_sim_run_does_not(sim_server
 
 def test_the_plan_counts_steps_and_calls_from_the_schedule():
     from skillstate.config import SkillConfig
-    from skillstate.plan import plan_run
+    from skillstate.reading.plan import plan_run
 
     splits = {"train": [{"id": str(i), "question": "q" * 40} for i in range(100)],
               "val": [{"id": f"v{i}", "question": "q"} for i in range(20)],

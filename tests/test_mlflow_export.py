@@ -18,14 +18,14 @@ from click.testing import CliRunner  # noqa: E402
 from conftest import small_config  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 
-from skillstate.audit import head  # noqa: E402
 from skillstate.cli.main import cli  # noqa: E402
 from skillstate.config import flatten_keys  # noqa: E402
-from skillstate.curves import run_curves  # noqa: E402
 from skillstate.engine.runner import load_run  # noqa: E402
 from skillstate.errors import UserError  # noqa: E402
-from skillstate.mlflow_export import config_params, export_run  # noqa: E402
-from skillstate.store import Store  # noqa: E402
+from skillstate.exports.mlflow_export import config_params, export_run  # noqa: E402
+from skillstate.reading.audit import head  # noqa: E402
+from skillstate.reading.curves import run_curves  # noqa: E402
+from skillstate.storage.store import Store  # noqa: E402
 from skillstate.trainer import Trainer  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # MLflow's own use of SQLAlchemy

@@ -14,7 +14,7 @@ from skillstate.cli.main import cli
 from skillstate.config import ModelConfig
 from skillstate.llm.base import ChatRequest
 from skillstate.llm.openai_backend import OpenAIBackend
-from skillstate.store import Store
+from skillstate.storage.store import Store
 
 SECRET = "sk-test-SECRET-0123456789abcdef"
 

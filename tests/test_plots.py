@@ -1,4 +1,4 @@
-"""`skillstate plot` and `skillstate.plots`: the figure's data matches the log,
+"""`skillstate plot` and `skillstate.exports.plots`: the figure's data matches the log,
 the files are what their suffix says, and every refusal is one line."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from click.testing import CliRunner
 from conftest import small_config
 
 from skillstate.cli.main import cli
-from skillstate.curves import run_curves
 from skillstate.engine.runner import load_run
-from skillstate.store import Store
+from skillstate.reading.curves import run_curves
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 pytest.importorskip("matplotlib")
 
-from skillstate.plots import MARKERS, plot_runs  # noqa: E402
+from skillstate.exports.plots import MARKERS, plot_runs  # noqa: E402
 
 
 @pytest.fixture(scope="module")

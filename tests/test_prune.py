@@ -15,17 +15,17 @@ from conftest import Crash, small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillstate import gate
-from skillstate.audit import verify
 from skillstate.cli.main import cli
 from skillstate.engine.runner import make_backend
-from skillstate.gate_robust import Reference, RobustRule, robust_reject_point, type_values
 from skillstate.prompts import resolve_prompts
-from skillstate.prune import NEAR_DUPLICATE, line_evidence, rule_deletions, whole_line_first
+from skillstate.reading.audit import verify
 from skillstate.sim.noise import MODERATE, SimNoise
 from skillstate.sim.pruner import prune_reply
 from skillstate.sim.world import SimWorld, bundled_splits
-from skillstate.store import Store
+from skillstate.skillopt import gate
+from skillstate.skillopt.gate_robust import Reference, RobustRule, robust_reject_point, type_values
+from skillstate.skillopt.prune import NEAR_DUPLICATE, line_evidence, rule_deletions, whole_line_first
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 NOISY = ("--set", "sim.noise=moderate")

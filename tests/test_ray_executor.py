@@ -16,12 +16,12 @@ import pytest
 from click.testing import CliRunner
 from conftest import EXAMPLES, assert_paid_once, logical_usage
 
-from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
 from skillstate.config import SkillConfig, semantic_view
 from skillstate.engine.executors import pool_size
 from skillstate.errors import BudgetStop, ConfigError
-from skillstate.store import Store
+from skillstate.reading.audit import audit, verify
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 QA = {"num_epochs": 1, "concurrency": 4, "llm_cache": "lineage"}

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from skillstate.engine.runner import lineage_events, state_of, step_boundary
-from skillstate.reducer import RunState, fold, reduce
+from skillstate.log.reducer import RunState, fold, reduce
 from skillstate.trainer import Trainer
 
 

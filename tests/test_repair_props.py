@@ -1,4 +1,4 @@
-"""Properties of the repair's pure parts (`skillstate.repair`): which types
+"""Properties of the repair's pure parts (`skillstate.skillopt.repair`): which types
 a candidate lost, which edits are ablated, which one is dropped, and the
 edits the repaired candidate keeps. The worlds here are small deterministic
 models: each item's outcome is a function of the set of edits present."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillstate import repair
+from skillstate.skillopt import repair
 
 TYPES = ["a", "b", "c", "d"]
 values = st.sampled_from([0.0, 0.25, 0.5, 1.0])

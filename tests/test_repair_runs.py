@@ -20,10 +20,10 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
 from skillstate.dashboard.app import create_app
-from skillstate.store import Store
+from skillstate.reading.audit import audit, verify
+from skillstate.storage.store import Store
 
 DRIVER = Path(__file__).parent / "sweep_driver.py"
 NOISY = ["--set", "sim.noise=moderate"]

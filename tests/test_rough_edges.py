@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from skillstate.cli.main import cli
 from skillstate.errors import UserError
-from skillstate.migrate import head_revision
+from skillstate.storage.migrate import head_revision
 
 QA = ["--data", "examples/qa"]
 FAST = ["--epochs", "1", "--batch-size", "12", "-q", *QA]
@@ -220,7 +220,7 @@ def test_4_run_ids_are_letters_digits_dot_underscore_dash(db):
     # the library refuses them too, before anything is written
     from skillstate.config import SkillConfig
     from skillstate.engine.runner import create_run, fork_run
-    from skillstate.store import GENESIS, Store
+    from skillstate.storage.store import GENESIS, Store
 
     store = Store(d)
     try:
@@ -338,7 +338,7 @@ def test_11_fork_and_resume_print_json_with_the_run_id(db):
 def test_migration_0003_marks_evaluation_runs_recorded_as_training_runs(tmp_path):
     from sqlalchemy import text as sql
 
-    from skillstate.store import Store
+    from skillstate.storage.store import Store
 
     db = url(tmp_path / "old.db")
     skill = tmp_path / "s.md"

@@ -1,4 +1,4 @@
-"""Property tests for skillstate.scheduler: edit budgets and epoch batches."""
+"""Property tests for skillstate.skillopt.scheduler: edit budgets and epoch batches."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillstate.scheduler import edit_budget, epoch_batches, steps_per_epoch
+from skillstate.skillopt.scheduler import edit_budget, epoch_batches, steps_per_epoch
 
 SETTINGS = settings(max_examples=200, deadline=None)
 

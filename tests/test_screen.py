@@ -7,9 +7,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillstate.editor import CHANGED, apply_edit
-from skillstate.events import Edit
-from skillstate.screen import normalize_line, screen_edits
+from skillstate.log.events import Edit
+from skillstate.skillopt.editor import CHANGED, apply_edit
+from skillstate.skillopt.screen import normalize_line, screen_edits
 
 SKILL = "# Skill\n\n## Rules\n- Always show your work.\n- Use   SI units.\n"
 

@@ -45,8 +45,8 @@ from test_failure_policy import (
 from skillstate.cli.tools import sim_world_named
 from skillstate.llm.base import CircuitOpen
 from skillstate.llm.health import AheadHealth, CallHealth
+from skillstate.reading.tool_use import PROBE_TOOL
 from skillstate.sim.server import SimServer
-from skillstate.tool_use import PROBE_TOOL
 
 server, sim = test_failure_policy.server, test_failure_policy.sim  # the misbehaving server's fixtures
 

@@ -15,12 +15,12 @@ import pytest
 from click.testing import CliRunner
 from conftest import small_config
 
-from skillstate.audit import verify
 from skillstate.cli.main import cli
 from skillstate.config import SkillConfig, validate_config
 from skillstate.config_sources import build_config
 from skillstate.engine.runner import lineage_events
 from skillstate.errors import ConfigError
+from skillstate.reading.audit import verify
 from skillstate.sim.backend import SimBackend
 from skillstate.sim.noise import MODERATE, SimNoise
 from skillstate.sim.optimizer import SimOptimizer

@@ -11,14 +11,14 @@ import pytest
 from click.testing import CliRunner
 from conftest import small_config
 
-from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
 from skillstate.config import SkillConfig
 from skillstate.engine.runner import lineage_events
 from skillstate.engine.stops import StopConditions
-from skillstate.event_codec import encode
-from skillstate.state import RunState
-from skillstate.store import Store
+from skillstate.log.event_codec import encode
+from skillstate.log.state import RunState
+from skillstate.reading.audit import audit, verify
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 from skillstate.util import canonical_json
 

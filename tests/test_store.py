@@ -8,12 +8,12 @@ from typing import ClassVar
 import pytest
 from pydantic import Field
 
-from skillstate import event_codec as ev
 from skillstate.errors import ConcurrencyError, UserError
-from skillstate.event_codec import decode
-from skillstate.events import Event, StepStarted
-from skillstate.migrate import current_revision, head_revision
-from skillstate.store import GENESIS, event_hash
+from skillstate.log import event_codec as ev
+from skillstate.log.event_codec import decode
+from skillstate.log.events import Event, StepStarted
+from skillstate.storage.migrate import current_revision, head_revision
+from skillstate.storage.store import GENESIS, event_hash
 
 
 def _step(n: int) -> StepStarted:
@@ -80,7 +80,7 @@ def test_blobs_are_content_addressed_and_stored_once(any_store):
     assert any_store.get_blob(h1) == "# Skill\nsame text\n"
     from sqlalchemy import func, select
 
-    from skillstate.store import blobs
+    from skillstate.storage.store import blobs
 
     with any_store.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(blobs)).scalar() == 1
@@ -126,7 +126,7 @@ def test_old_event_versions_are_upcast_on_read_and_rows_never_rewritten(any_stor
 
         from sqlalchemy import insert
 
-        from skillstate.store import events, runs
+        from skillstate.storage.store import events, runs
 
         now = dt.datetime.now(dt.timezone.utc)
         payload = '{"name":"old"}'

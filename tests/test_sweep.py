@@ -36,13 +36,13 @@ from click.testing import CliRunner
 from conftest import PG_ENV, Databases, scripted_factory, small_config
 from sqlalchemy import delete, func, select, update
 
-from skillstate.audit import audit, verify
 from skillstate.cli.main import cli
 from skillstate.engine import runner as engine_runner
 from skillstate.engine.runner import make_backend
-from skillstate.migrate import current_revision, head_revision
-from skillstate.store import Store, event_hash, llm_calls, run_leases
-from skillstate.store import events as events_table
+from skillstate.reading.audit import audit, verify
+from skillstate.storage.migrate import current_revision, head_revision
+from skillstate.storage.store import Store, event_hash, llm_calls, run_leases
+from skillstate.storage.store import events as events_table
 from skillstate.trainer import Trainer
 
 HERE = Path(__file__).resolve().parent
@@ -206,7 +206,7 @@ def referenced_requests(store: Store, run_id: str) -> set[str]:
     certain are sent too, but which ones depends on timing)."""
     import json
 
-    from skillstate.failures import _blob_refs, call_refs
+    from skillstate.reading.failures import _blob_refs, call_refs
 
     out: set[str] = set()
     for stored in store.read_events(run_id):

@@ -29,11 +29,11 @@ from conftest import PG_ENV, Databases, small_config
 from sqlalchemy import distinct, func, insert, select, update
 from test_sweep import Proc
 
-from skillstate.audit import audit, verify
 from skillstate.errors import RunBusyError, UserError
-from skillstate.lease import RunLease, host_id, lease_ttl
-from skillstate.schema import events, llm_calls, run_leases
-from skillstate.store import Store
+from skillstate.reading.audit import audit, verify
+from skillstate.storage.lease import RunLease, host_id, lease_ttl
+from skillstate.storage.schema import events, llm_calls, run_leases
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 HERE = Path(__file__).resolve().parent

@@ -9,10 +9,10 @@ import pytest
 from click.testing import CliRunner
 from conftest import Crash, assert_paid_once, crashing_factory, logical_usage
 
-from skillstate.audit import audit, verify
 from skillstate.config import SkillConfig
 from skillstate.engine.runner import lineage_events
-from skillstate.store import Store
+from skillstate.reading.audit import audit, verify
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 pytestmark = pytest.mark.textworlds
@@ -86,7 +86,7 @@ def test_a_textworld_express_bank_run_learns_audits_and_verifies(tmp_path):
     assert audit(store, "b").ok
     report = verify(store, "b")  # plays every episode again
     assert report.ok and report.checked == report.total
-    from skillstate.training_data import sft_rows  # a successful episode: one SFT row per turn
+    from skillstate.exports.training_data import sft_rows  # a successful episode: one SFT row per turn
 
     rows, skipped = sft_rows(store, "b")
     wins = [r for e in rollouts for r in e.results if r.hard >= 1]

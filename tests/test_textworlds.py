@@ -21,8 +21,8 @@ from skillstate.envs.textworlds.scienceworld import ScienceWorld
 from skillstate.envs.textworlds.twx import TextWorldExpress
 from skillstate.errors import ConfigError
 from skillstate.llm.base import CallResult
+from skillstate.log.values import CallRef
 from skillstate.prompts import builtin
-from skillstate.values import CallRef
 
 SPLITS = ["train", "val", "test"]
 

@@ -71,11 +71,11 @@ SQL_RUN = {"env": "sql", "num_epochs": 1, "batch_size": 12, "minibatch_size": 4,
 def test_a_tool_using_run_through_the_openai_client_matches_the_sim_backend(tmp_path, monkeypatch):
     from sqlalchemy import select
 
-    from skillstate.audit import audit, verify
     from skillstate.cli.tools import sim_world_named
     from skillstate.config import SkillConfig
-    from skillstate.schema import llm_calls
+    from skillstate.reading.audit import audit, verify
     from skillstate.sim.server import SimServer
+    from skillstate.storage.schema import llm_calls
     from skillstate.trainer import Trainer
 
     monkeypatch.setenv("OPENAI_API_KEY", "local-test-key")

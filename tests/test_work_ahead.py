@@ -13,11 +13,11 @@ from conftest import Crash, assert_paid_once, crashing_factory, small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillstate.audit import audit, verify
 from skillstate.engine.lanes import CERTAIN, FOREGROUND, SPECULATIVE, Slots
 from skillstate.engine.runner import lineage_events, make_backend
-from skillstate.event_codec import encode
-from skillstate.store import Store
+from skillstate.log.event_codec import encode
+from skillstate.reading.audit import audit, verify
+from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 from skillstate.util import canonical_json
 
@@ -190,7 +190,7 @@ class _MapRecorder:
 
 
 def _merger(side: str):
-    from skillstate.events import MergeCall
+    from skillstate.log.events import MergeCall
 
     def merge(level, group):
         return f"{side}{level}({'+'.join(group)})", MergeCall(level=level, side=side, inputs=len(group), status="ok")

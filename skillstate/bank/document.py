@@ -17,8 +17,8 @@ from skillstate.bank.retrieval import retrieve_embedding, retrieve_template
 from skillstate.bank.skills import Bank
 from skillstate.config import BankConfig
 from skillstate.errors import ConfigError
+from skillstate.log.values import RetrievedSkill
 from skillstate.util import canonical_json
-from skillstate.values import RetrievedSkill
 
 EMPTY_BANK = Bank()
 

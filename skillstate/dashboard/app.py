@@ -30,8 +30,8 @@ from skillstate import __version__
 from skillstate.dashboard import pages
 from skillstate.dashboard.store_view import RunCache
 from skillstate.errors import CorruptLogError, NotFoundError, SkillstateError, UserError
-from skillstate.schema import events as events_table
-from skillstate.store import Store
+from skillstate.storage.schema import events as events_table
+from skillstate.storage.store import Store
 from skillstate.util import parse_step
 
 HERE = Path(__file__).resolve().parent

@@ -8,16 +8,16 @@ import re
 from typing import Any
 
 from skillstate.bank.document import read_bank
-from skillstate.curves import run_curves
 from skillstate.dashboard.store_view import RunCache
 from skillstate.engine.loading import LoadedRun
 from skillstate.errors import CorruptLogError, NotFoundError
-from skillstate.events import RunForked
-from skillstate.history import status_of
+from skillstate.log.events import RunForked
+from skillstate.log.reducer import need
 from skillstate.pricing import sent_cost
-from skillstate.reducer import need
-from skillstate.selection_report import gap_summary
-from skillstate.step_detail import step_detail
+from skillstate.reading.curves import run_curves
+from skillstate.reading.history import status_of
+from skillstate.reading.selection_report import gap_summary
+from skillstate.reading.step_detail import step_detail
 
 # A sentence ends at . ! or ? followed by space; a line of the skill is split
 # into its sentences so that each can be asked about.
@@ -165,10 +165,10 @@ def why(cache: RunCache, run_id: str, text: str) -> dict[str, Any]:
     if loaded.state.best_skill is None:
         raise NotFoundError(f"run {run_id!r} has no skill yet")
     if loaded.state.config.get("mode") == "bank":
-        from skillstate.bank_provenance import explain_bank
+        from skillstate.reading.bank_provenance import explain_bank
 
         return {"bank": True, **explain_bank(cache.store, run_id, text)}
-    from skillstate.provenance import explain
+    from skillstate.reading.provenance import explain
 
     return {"bank": False, **explain(cache.store, run_id, text, loaded=loaded)}
 

@@ -13,11 +13,11 @@ from typing import Any, TypeVar
 from sqlalchemy import event
 from sqlalchemy.exc import SQLAlchemyError
 
-from skillstate.chain import check_chain
 from skillstate.engine.loading import LoadedRun, load_run
 from skillstate.errors import CorruptLogError, UserError
-from skillstate.reducer import fold
-from skillstate.store import Store
+from skillstate.log.reducer import fold
+from skillstate.storage.chain import check_chain
+from skillstate.storage.store import Store
 
 # Folded runs kept in memory, most recently used last.
 MAX_CACHED_RUNS = 64
@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 def open_read_only(url: str) -> Store:
     """The store at `url`, through connections that refuse every write."""
-    from skillstate.migrate import DatabaseProblem, check_schema, db_reason, require_database_file
+    from skillstate.storage.migrate import DatabaseProblem, check_schema, db_reason, require_database_file
 
     require_database_file(url)
     store = Store(url, upgrade=False)

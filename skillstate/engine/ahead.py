@@ -23,7 +23,7 @@ from typing import Any
 from skillstate.engine.context import RunContext
 from skillstate.engine.lanes import CERTAIN, SPECULATIVE
 from skillstate.engine.stages import rollout_one, step_batches
-from skillstate.reducer import RunState
+from skillstate.log.reducer import RunState
 
 # The stages of a step after its rollout: the ones that leave the cap mostly idle, and the gate's.
 AFTER_ROLLOUT = frozenset({"reflect", "aggregate", "learning_rate", "select", "update", "evaluate"})

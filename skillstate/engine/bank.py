@@ -22,7 +22,7 @@ from skillstate.engine.context import RunContext, item_view
 from skillstate.engine.parsing import parse_reply
 from skillstate.engine.prompting import compose, to_json
 from skillstate.engine.stages import evaluate_cached
-from skillstate.events import (
+from skillstate.log.events import (
     BankEvolved,
     BankSeeded,
     BankValidated,
@@ -31,7 +31,7 @@ from skillstate.events import (
     ItemResult,
     SkillsDistilled,
 )
-from skillstate.reducer import RunState, cache_key, need, step_progress
+from skillstate.log.reducer import RunState, cache_key, need, step_progress
 from skillstate.util import seeded_rng
 
 

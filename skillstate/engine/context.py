@@ -14,22 +14,47 @@ from pydantic import BaseModel
 
 from skillstate.bank.embedding import Embedder, SimEmbedder
 from skillstate.config import SkillConfig
-from skillstate.engine.executors import Executor, ThreadsExecutor
 from skillstate.engine.lanes import FOREGROUND, Slots
 from skillstate.engine.meter import CallMeter, CallProgress
 from skillstate.engine.parsing import response_format
-from skillstate.envs.base import SkillEnv
-from skillstate.events import Event
-from skillstate.lease import RunLease
+from skillstate.engine.rollout import run_rollout
+from skillstate.envs.base import RolloutOutcome, SkillEnv
 from skillstate.llm.base import CallResult, ChatRequest
 from skillstate.llm.health import CallHealth
 from skillstate.llm.recording import RecordingClient
-from skillstate.reducer import RunState
-from skillstate.store import Store, StoredEvent
+from skillstate.log.events import Event
+from skillstate.log.reducer import RunState
+from skillstate.storage.lease import RunLease
+from skillstate.storage.store import Store, StoredEvent
 from skillstate.util import sha256_text
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class Executor(Protocol):
+    """Where rollouts run: the context holds one (ThreadsExecutor by default; engine.executors makes the
+    config's), and the implementations depend on the context, not the other way round."""
+
+    def rollout(self, ctx: RunContext, skill: str, item: dict[str, Any], sample: int | None) -> RolloutOutcome:
+        """Roll `item` out with the skill text `skill` (as sample `sample`); raise EnvFailure when the
+        environment fails, or the error that stopped one of its LLM calls."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class ThreadsExecutor:
+    """Rollouts on the calling thread (the run context's pool bounds them)."""
+
+    def rollout(self, ctx: RunContext, skill: str, item: dict[str, Any], sample: int | None) -> RolloutOutcome:
+        def target(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
+            return ctx.llm("target", messages, tools=tools, seed=sample)
+
+        return run_rollout(ctx.env, ctx.config.env, skill, item, ctx.prompts, target)
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass(frozen=True)

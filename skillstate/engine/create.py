@@ -17,14 +17,14 @@ from skillstate.envs.episode import EpisodeEnv
 from skillstate.envs.registry import construct_env, env_settings, resolve_env
 from skillstate.envs.tools import ToolEnv
 from skillstate.errors import ConfigError, DataError, UserError
-from skillstate.events import RunForked, RunStarted
-from skillstate.final_selection import check_fork_selection, with_selection_split
 from skillstate.input_files import read_input_text
-from skillstate.lease import host_id, lease_ttl
 from skillstate.llm.base import FatalLLMError
+from skillstate.log.events import RunForked, RunStarted
 from skillstate.prompts import PROMPT_NAMES, resolve_prompts
-from skillstate.scheduler import steps_per_epoch
-from skillstate.store import GENESIS, Store
+from skillstate.skillopt.final_selection import check_fork_selection, with_selection_split
+from skillstate.skillopt.scheduler import steps_per_epoch
+from skillstate.storage.lease import host_id, lease_ttl
+from skillstate.storage.store import GENESIS, Store
 from skillstate.util import canonical_json, hash_value, sha256_text
 
 

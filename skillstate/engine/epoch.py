@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from skillstate import gate as gate_rules
 from skillstate.config import SkillConfig
 from skillstate.engine import gating
 from skillstate.engine.context import RunContext
 from skillstate.engine.parsing import GuidanceReply, MemoReply, Reply, parse_reply
 from skillstate.engine.prompting import compose, to_json
 from skillstate.engine.stages import early_reject_reason, evaluate_cached, evaluate_early, rollout_items
-from skillstate.events import (
+from skillstate.llm.base import CallResult
+from skillstate.log.events import (
     EpochCompared,
     EpochEnded,
     Event,
@@ -24,9 +24,9 @@ from skillstate.events import (
     SlowUpdateDecided,
     SlowUpdateProposed,
 )
-from skillstate.guidance import compare, select_pairs, with_guidance
-from skillstate.llm.base import CallResult
-from skillstate.reducer import RunState, boundary_progress, cache_key, need
+from skillstate.log.reducer import RunState, boundary_progress, cache_key, need
+from skillstate.skillopt import gate as gate_rules
+from skillstate.skillopt.guidance import compare, select_pairs, with_guidance
 from skillstate.util import seeded_rng
 
 NONE_YET = "(none yet)"

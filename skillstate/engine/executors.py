@@ -5,65 +5,12 @@ see the same `RolloutOutcome`s and the driver journals every call."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-from skillstate.envs.base import RolloutOutcome, SkillEnv, check_outcome
-from skillstate.errors import ConfigError, EnvFailure
-from skillstate.llm.base import CallResult
-from skillstate.util import first_line
-
-if TYPE_CHECKING:
-    from skillstate.engine.context import RunContext
-
-# One target call of a rollout: (messages, tools) -> its result.
-TargetCall = Callable[[list[dict[str, Any]], "list[dict[str, Any]] | None"], CallResult]
-
-
-class Executor(Protocol):
-    def rollout(self, ctx: RunContext, skill: str, item: dict[str, Any], sample: int | None) -> RolloutOutcome:
-        """Roll `item` out with the skill text `skill` (as sample `sample`); raise EnvFailure when the
-        environment fails, or the error that stopped one of its LLM calls."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class ThreadsExecutor:
-    """Rollouts on the calling thread (the run context's pool bounds them)."""
-
-    def rollout(self, ctx: RunContext, skill: str, item: dict[str, Any], sample: int | None) -> RolloutOutcome:
-        def target(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
-            return ctx.llm("target", messages, tools=tools, seed=sample)
-
-        return run_rollout(ctx.env, ctx.config.env, skill, item, ctx.prompts, target)
-
-    def close(self) -> None:
-        pass
-
-
-def run_rollout(env: SkillEnv, env_name: str, skill: str, item: dict[str, Any], prompts: dict[str, str],
-                target: TargetCall) -> RolloutOutcome:
-    """One rollout, wherever it runs. An error raised by a target call (an
-    LLM stop) passes through; anything else the environment raises, or an
-    outcome `check_outcome` refuses, becomes an EnvFailure naming the item."""
-    raised: list[BaseException] = []
-
-    def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
-        try:
-            return target(messages, tools)
-        except BaseException as err:
-            raised.append(err)
-            raise
-
-    try:
-        outcome = env.rollout(skill, item, complete, prompts)
-    except Exception as err:
-        if raised and err is raised[-1]:
-            raise
-        raise EnvFailure(f"env {env_name!r} failed on item {item['id']!r}: {type(err).__name__}: "
-                         f"{first_line(err, '')}") from err
-    return check_outcome(outcome, env_name, item["id"])  # scores finite in [0, 1], the documented types
+# The Executor protocol and the default ThreadsExecutor live in engine.context, which holds the run's
+# executor; the implementations here depend on the context, never the other way round.
+from skillstate.engine.context import Executor, RunContext, ThreadsExecutor
+from skillstate.errors import ConfigError
 
 
 def pool_size(concurrency: int, num_cpus: float, cluster_cpus: float) -> int:

@@ -8,14 +8,14 @@ from val or train when the run was created)."""
 
 from __future__ import annotations
 
-from skillstate import final_selection as rules
-from skillstate import gate as gate_rules
 from skillstate.config import SkillConfig
 from skillstate.engine.context import RunContext
 from skillstate.engine.stages import evaluate_cached
-from skillstate.events import Event
-from skillstate.reducer import RunState, cache_key, need
-from skillstate.selection_events import Candidate, FinalSelected, SelectionScored
+from skillstate.log.events import Event
+from skillstate.log.reducer import RunState, cache_key, need
+from skillstate.log.selection_events import Candidate, FinalSelected, SelectionScored
+from skillstate.skillopt import final_selection as rules
+from skillstate.skillopt import gate as gate_rules
 
 
 def accepted_skills(config: SkillConfig, state: RunState) -> list[rules.Accepted]:

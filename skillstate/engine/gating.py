@@ -1,7 +1,7 @@
 """The robust gate in the engine (`gate_rule: paired`, `gate_type_margin`):
 the current skill's per-item outcomes read from the log, the verdicts of a
 full or an early-rejected evaluation, the decision and its reason. The
-rules themselves are pure, in `skillstate.gate_robust`."""
+rules themselves are pure, in `skillstate.skillopt.gate_robust`."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from skillstate import gate as gate_rules
 from skillstate.config import SkillConfig
 from skillstate.engine.context import RunContext
 from skillstate.errors import InternalError
-from skillstate.events import CandidateEvaluated, ItemResult, PairedTest, Scores, SlowUpdateDecided, TypeGuard
-from skillstate.gate_robust import (
+from skillstate.log.events import CandidateEvaluated, ItemResult, PairedTest, Scores, SlowUpdateDecided, TypeGuard
+from skillstate.log.prune_events import PruneDecided
+from skillstate.log.reducer import RunState, cache_key, need
+from skillstate.skillopt import gate as gate_rules
+from skillstate.skillopt.gate_robust import (
     EarlyVerdict,
     Guard,
     Outcome,
@@ -27,8 +29,6 @@ from skillstate.gate_robust import (
     paired_test,
     type_guard,
 )
-from skillstate.prune_events import PruneDecided
-from skillstate.reducer import RunState, cache_key, need
 
 Verdicts = tuple[PairedTest | None, TypeGuard | None]
 

@@ -8,13 +8,13 @@ import secrets
 from dataclasses import dataclass
 from typing import cast
 
-from skillstate.blob_walk import blob_damage
-from skillstate.chain import check_chain
 from skillstate.config import SkillConfig, stored_config
 from skillstate.errors import CorruptLogError, NotFoundError
-from skillstate.events import BaselineEvaluated, Event, GateDecided, RunForked
-from skillstate.reducer import RunState, fold
-from skillstate.store import GENESIS, Store, StoredEvent
+from skillstate.log.events import BaselineEvaluated, Event, GateDecided, RunForked
+from skillstate.log.reducer import RunState, fold
+from skillstate.storage.blob_walk import blob_damage
+from skillstate.storage.chain import check_chain
+from skillstate.storage.store import GENESIS, Store, StoredEvent
 
 
 def new_run_id(prefix: str = "run") -> str:

@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 from skillstate.engine.context import RunContext
+from skillstate.log.reducer import RunState
+from skillstate.log.values import Edit
 from skillstate.prompts import render
-from skillstate.reducer import RunState
-from skillstate.values import Edit
 
 MEMO_HEADER = ("Memo from earlier epochs of this run, about which kinds of edits helped or hurt. "
                "It is advice for you, the optimizer; it is not part of the skill.")

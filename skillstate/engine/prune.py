@@ -3,7 +3,7 @@ propose deleting lines of the current skill that do not earn their place
 and decide the deletions through the step gate.
 
 The proposal joins two sources: a deterministic rule (a line that repeats
-an earlier one exactly or nearly, `skillstate.prune`) and one optimizer
+an earlier one exactly or nearly, `skillstate.skillopt.prune`) and one optimizer
 call (the `prune` prompt), which sees each line with the step that added it
 and that step's gain. The deletions are delete edits applied by the editor
 (the slow-update block is never touched). The decision is the step gate's:
@@ -16,8 +16,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from skillstate import gate as gate_rules
-from skillstate import prune as rules
 from skillstate.config import SkillConfig
 from skillstate.engine import gating
 from skillstate.engine.context import RunContext
@@ -25,11 +23,13 @@ from skillstate.engine.parsing import parse_reply
 from skillstate.engine.prompting import compose, to_json
 from skillstate.engine.stages import early_reject_reason, evaluate_cached, evaluate_early, gate_decision
 from skillstate.engine.update import patch_skill
-from skillstate.events import Event
-from skillstate.guidance import body_of
-from skillstate.prune_events import PruneDecided, PruneLine, PruneProposed
-from skillstate.reducer import RunState, cache_key, need
-from skillstate.scheduler import position
+from skillstate.log.events import Event
+from skillstate.log.prune_events import PruneDecided, PruneLine, PruneProposed
+from skillstate.log.reducer import RunState, cache_key, need
+from skillstate.skillopt import gate as gate_rules
+from skillstate.skillopt import prune as rules
+from skillstate.skillopt.guidance import body_of
+from skillstate.skillopt.scheduler import position
 
 
 class PruneReply(BaseModel):

@@ -23,7 +23,7 @@ from typing import Any
 import ray
 
 from skillstate.config import SkillConfig, validate_config
-from skillstate.engine.executors import run_rollout
+from skillstate.engine.rollout import run_rollout
 from skillstate.errors import EnvFailure
 from skillstate.llm.base import CallFailed, CallResult, ChatRequest, ChatResponse, FatalLLMError
 from skillstate.llm.recording import failure_text, result_of

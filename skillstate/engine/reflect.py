@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 from skillstate.engine.context import RunContext, item_view
 from skillstate.engine.parsing import AnalystReply, MergeReply, SkillReply, SuggestionReply, parse_reply
 from skillstate.engine.prompting import compose, edits_json, to_json
-from skillstate.events import Edit, Event, ItemResult, MergeCall, PatchesMerged, PatchProposed
-from skillstate.reducer import RunState, need, step_progress
+from skillstate.log.events import Edit, Event, ItemResult, MergeCall, PatchesMerged, PatchProposed
+from skillstate.log.reducer import RunState, need, step_progress
 from skillstate.util import chunked, seeded_rng
 
 Minibatch = tuple[int, str, int, list[str]]  # (sub-batch, source, index, item ids)

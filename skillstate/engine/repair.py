@@ -4,24 +4,24 @@ candidate without them. The rollouts go through the run's executor and
 journaled client like every other; the stage's one event (`EditsAblated`,
 followed by the repaired `CandidateBuilt` when an edit is dropped) is
 appended at once, so resume, replay and verify reproduce it. The pure
-choices are in `skillstate.repair`."""
+choices are in `skillstate.skillopt.repair`."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from skillstate import repair as rules
 from skillstate.config import SkillConfig
-from skillstate.editor import CHANGED
 from skillstate.engine import gating
 from skillstate.engine.context import RunContext
 from skillstate.engine.stages import check_rollout_errors, rollout_one
 from skillstate.engine.update import patch_skill
-from skillstate.events import CandidateBuilt, Event, ItemResult
-from skillstate.events_repair import EditAblation, EditsAblated
-from skillstate.gate_robust import item_value
-from skillstate.reducer import RunState, StepProgress, cache_key, need, step_progress
+from skillstate.log.events import CandidateBuilt, Event, ItemResult
+from skillstate.log.events_repair import EditAblation, EditsAblated
+from skillstate.log.reducer import RunState, StepProgress, cache_key, need, step_progress
+from skillstate.skillopt import repair as rules
+from skillstate.skillopt.editor import CHANGED
+from skillstate.skillopt.gate_robust import item_value
 
 
 def due(cfg: SkillConfig, p: StepProgress) -> bool:

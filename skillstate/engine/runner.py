@@ -39,14 +39,14 @@ from skillstate.engine.stops import StopCheck, StopConditions, already_stopped
 from skillstate.envs.base import SkillEnv
 from skillstate.envs.registry import make_env
 from skillstate.errors import BudgetStop, ConfigError, EnvFailure, EnvStop, LLMStop, StorageStop
-from skillstate.events import Event
-from skillstate.lease import RunLease
 from skillstate.llm.base import CircuitOpen, FatalLLMError, LLMClient
 from skillstate.llm.health import AheadHealth, CallHealth
 from skillstate.llm.recording import RecordingClient
+from skillstate.log.events import Event
+from skillstate.log.reducer import RunState, reduce
 from skillstate.pricing import Budget, BudgetExhausted, price_for, sent_cost
-from skillstate.reducer import RunState, reduce
-from skillstate.store import Store
+from skillstate.storage.lease import RunLease
+from skillstate.storage.store import Store
 
 Stage = Callable[[RunContext, RunState], list[Event]]
 

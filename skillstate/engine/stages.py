@@ -9,11 +9,11 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
-from skillstate import gate as gate_rules
 from skillstate.bank.document import prompt_for
 from skillstate.engine import gating
 from skillstate.engine.context import RunContext
-from skillstate.events import (
+from skillstate.llm.base import CircuitOpen
+from skillstate.log.events import (
     BaselineEvaluated,
     CandidateEvaluated,
     Event,
@@ -30,10 +30,10 @@ from skillstate.events import (
     Usage,
     usage_of,
 )
-from skillstate.llm.base import CircuitOpen
-from skillstate.reducer import RunState, cache_key, need, step_progress
-from skillstate.repair import gate_note as repair_note
-from skillstate.scheduler import edit_budget, epoch_batches, position
+from skillstate.log.reducer import RunState, cache_key, need, step_progress
+from skillstate.skillopt import gate as gate_rules
+from skillstate.skillopt.repair import gate_note as repair_note
+from skillstate.skillopt.scheduler import edit_budget, epoch_batches, position
 from skillstate.util import canonical_json
 
 # --- rollouts and evaluation --------------------------------------------

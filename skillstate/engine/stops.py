@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 
 from skillstate.config import SkillConfig
-from skillstate.events import StopConditionMet
-from skillstate.state import RunState
+from skillstate.log.events import StopConditionMet
+from skillstate.log.state import RunState
 
 StopCheck = Callable[[RunState, str], StopConditionMet | None]
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from skillstate.editor import CHANGED, apply_edits
 from skillstate.engine.context import RunContext
 from skillstate.engine.parsing import RankReply, SkillReply, extract_json, parse_reply
 from skillstate.engine.prompting import compose, edits_json, to_json
-from skillstate.events import CandidateBuilt, Edit, EditsSelected, Event, LearningRateChosen
-from skillstate.guidance import body_of, guidance_of, protect, with_guidance
-from skillstate.reducer import RunState, need, step_progress
-from skillstate.scheduler import clamp_edit_count
-from skillstate.screen import screen_edits
+from skillstate.log.events import CandidateBuilt, Edit, EditsSelected, Event, LearningRateChosen
+from skillstate.log.reducer import RunState, need, step_progress
+from skillstate.skillopt.editor import CHANGED, apply_edits
+from skillstate.skillopt.guidance import body_of, guidance_of, protect, with_guidance
+from skillstate.skillopt.scheduler import clamp_edit_count
+from skillstate.skillopt.screen import screen_edits
 
 
 def fallback_order(edits: list[Edit]) -> list[int]:
@@ -53,7 +53,7 @@ def choose_learning_rate(ctx: RunContext, state: RunState) -> list[Event]:
 
 def select(ctx: RunContext, state: RunState) -> list[Event]:
     """Keep at most the budget of the merged edits, after dropping those that
-    would change nothing (`skillstate.screen`): ranked by the optimizer when
+    would change nothing (`skillstate.skillopt.screen`): ranked by the optimizer when
     more are left than the budget allows."""
     p = step_progress(state)
     edits = need(p.merged, "PatchesMerged").edits

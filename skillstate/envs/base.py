@@ -99,7 +99,7 @@ def check_outcome(outcome: Any, env_name: str, item_id: str) -> RolloutOutcome:
                      ("trajectory", outcome.trajectory is None or isinstance(outcome.trajectory, dict))):
         if not ok:
             raise refuse(name, f"has the wrong type ({_shown(getattr(outcome, name))})")
-    from skillstate.event_codec import unfit_for_json
+    from skillstate.log.event_codec import unfit_for_json
 
     for name in ("messages", "trajectory"):
         found = unfit_for_json(getattr(outcome, name), name)

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from skillstate.events import CallRef
+from skillstate.log.events import CallRef
 from skillstate.util import canonical_json, hash_value, ordered_json
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from skillstate.config import ModelConfig, redact
 from skillstate.errors import ReplayMissError
 from skillstate.llm.base import FatalLLMError
-from skillstate.store import Store
+from skillstate.storage.store import Store
 from skillstate.util import canonical_json, sha256_text
 
 ROLE = "embedder"

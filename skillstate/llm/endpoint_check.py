@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import openai
 
 from skillstate.llm.base import CallFailed, ChatRequest, FatalLLMError
-from skillstate.tool_use import PROBE_TOOL, looks_like_tool_call
+from skillstate.reading.tool_use import PROBE_TOOL, looks_like_tool_call
 
 if TYPE_CHECKING:
     from skillstate.llm.openai_backend import OpenAIBackend

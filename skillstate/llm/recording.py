@@ -15,10 +15,10 @@ import time
 
 from skillstate.config import redact
 from skillstate.errors import ReplayMissError
-from skillstate.events import CallRef
 from skillstate.llm.base import CallFailed, CallResult, ChatRequest, ChatResponse, FatalLLMError, LLMClient
 from skillstate.llm.health import CallHealth
-from skillstate.store import Store
+from skillstate.log.events import CallRef
+from skillstate.storage.store import Store
 from skillstate.util import canonical_json, first_line, sha256_text
 
 

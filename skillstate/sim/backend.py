@@ -15,11 +15,11 @@ from typing import Any
 from skillstate.envs.base import SkillEnv
 from skillstate.errors import ConfigError
 from skillstate.llm.base import ChatRequest, ChatResponse, ToolCall
+from skillstate.reading.tool_use import PROBE_TOOL
 from skillstate.sim.noise import SimNoise
 from skillstate.sim.optimizer import SimOptimizer, _tokens
 from skillstate.sim.reading import read_request
 from skillstate.sim.world import SimWorld
-from skillstate.tool_use import PROBE_TOOL
 from skillstate.util import hash_value, seeded_rng
 
 

@@ -9,13 +9,13 @@ import re
 from collections import Counter
 from typing import Any
 
-from skillstate.editor import apply_edits
-from skillstate.events import Edit
+from skillstate.log.events import Edit
 from skillstate.sim.noise import OFF
 from skillstate.sim.pruner import max_lines, prune_reply
 from skillstate.sim.reading import OptimizerRequest
 from skillstate.sim.teacher import SimTeacher
 from skillstate.sim.world import SimWorld
+from skillstate.skillopt.editor import apply_edits
 
 
 def _between(text: str, tag: str) -> str | None:

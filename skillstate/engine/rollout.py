@@ -1,0 +1,39 @@
+"""One rollout of an item with a skill, wherever it runs (on the run context's threads, or on a Ray
+environment actor): the environment plays it against a target call, and what it returns is checked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from skillstate.envs.base import RolloutOutcome, SkillEnv, check_outcome
+from skillstate.errors import EnvFailure
+from skillstate.llm.base import CallResult
+from skillstate.util import first_line
+
+# One target call of a rollout: (messages, tools) -> its result.
+TargetCall = Callable[[list[dict[str, Any]], "list[dict[str, Any]] | None"], CallResult]
+
+
+def run_rollout(env: SkillEnv, env_name: str, skill: str, item: dict[str, Any], prompts: dict[str, str],
+                target: TargetCall) -> RolloutOutcome:
+    """One rollout, wherever it runs. An error raised by a target call (an
+    LLM stop) passes through; anything else the environment raises, or an
+    outcome `check_outcome` refuses, becomes an EnvFailure naming the item."""
+    raised: list[BaseException] = []
+
+    def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
+        try:
+            return target(messages, tools)
+        except BaseException as err:
+            raised.append(err)
+            raise
+
+    try:
+        outcome = env.rollout(skill, item, complete, prompts)
+    except Exception as err:
+        if raised and err is raised[-1]:
+            raise
+        raise EnvFailure(f"env {env_name!r} failed on item {item['id']!r}: {type(err).__name__}: "
+                         f"{first_line(err, '')}") from err
+    return check_outcome(outcome, env_name, item["id"])  # scores finite in [0, 1], the documented types

@@ -1,0 +1,178 @@
+"""Reading events back: the registry of event types by name, the
+upcasters that turn a payload stored under an older schema version into the
+current one, and `decode`/`encode` between stored payloads and events.
+Stored rows are never rewritten; an old version is upcast on read.
+(`skillstate.log.events` holds the event classes themselves.)"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from skillstate.errors import CorruptLogError, InternalError
+from skillstate.log.events import (
+    BankEvolved,
+    BankSeeded,
+    BankValidated,
+    BaselineEvaluated,
+    CandidateBuilt,
+    CandidateEvaluated,
+    EditsSelected,
+    EpochCompared,
+    EpochEnded,
+    Event,
+    FinalValidated,
+    GateDecided,
+    LearningRateChosen,
+    MetaSkillWritten,
+    PatchesMerged,
+    PatchProposed,
+    RolloutCompleted,
+    RunCompleted,
+    RunForked,
+    RunStarted,
+    SkillsDistilled,
+    SlowUpdateDecided,
+    SlowUpdateProposed,
+    StepStarted,
+    StopConditionMet,
+    TestEvaluated,
+)
+from skillstate.log.events_repair import EditsAblated
+from skillstate.log.prune_events import PruneDecided, PruneProposed
+from skillstate.log.selection_events import FinalSelected, SelectionScored
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        RunStarted, RunForked, BaselineEvaluated, RunCompleted, StepStarted, RolloutCompleted,
+        PatchProposed, PatchesMerged, LearningRateChosen, EditsSelected, CandidateBuilt, CandidateEvaluated,
+        GateDecided, TestEvaluated, EpochCompared, SlowUpdateProposed, SlowUpdateDecided, MetaSkillWritten,
+        EpochEnded, FinalValidated, StopConditionMet, SkillsDistilled, BankValidated, BankEvolved, BankSeeded,
+        PruneProposed, PruneDecided,
+        EditsAblated,
+        SelectionScored, FinalSelected,
+    )
+}
+
+# (type, stored version) -> function turning that version's payload into the
+# next version's. Register one per schema change; never edit stored rows.
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _v1_config(payload: dict[str, Any]) -> dict[str, Any]:
+    """v1 runs predate the step buffer, which is on by default since v2:
+    a v1 config without the key meant no buffer."""
+    config = dict(payload.get("config", {}))
+    config.setdefault("use_step_buffer", False)
+    return {**payload, "config": config}
+
+
+def _v2_config(payload: dict[str, Any]) -> dict[str, Any]:
+    """v2 runs predate dropping edits that change nothing and the early-reject
+    gate, both on by default since v3: a v2 config without the keys meant
+    neither (so its log re-executes as it was written)."""
+    config = dict(payload.get("config", {}))
+    config.setdefault("drop_noop_edits", False)
+    config.setdefault("early_reject", False)
+    return {**payload, "config": config}
+
+
+def _v3_config(payload: dict[str, Any]) -> dict[str, Any]:
+    """v3 runs rejected early at the step gate only; since v4 the gated slow
+    update does too, unless early_reject_slow_update is false."""
+    config = dict(payload.get("config", {}))
+    config.setdefault("early_reject_slow_update", False)
+    return {**payload, "config": config}
+
+
+def _v4_started(payload: dict[str, Any]) -> dict[str, Any]:
+    """v5 adds `trajectories` (mode bank's imported trajectories); a v4 run had none."""
+    return payload
+
+
+def _v1_gate(payload: dict[str, Any]) -> dict[str, Any]:
+    """GateDecided v2 adds the robust rules' verdicts; a v1 decision was the strict rule's alone."""
+    return payload
+
+
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("RunStarted", 1): _v1_config,
+    ("RunForked", 1): _v1_config,
+    ("RunStarted", 2): _v2_config,
+    ("RunForked", 2): _v2_config,
+    ("RunStarted", 3): _v3_config,
+    ("RunForked", 3): _v3_config,
+    ("RunStarted", 4): _v4_started,
+    ("GateDecided", 1): _v1_gate,
+}
+
+
+class UnknownEventError(CorruptLogError, ValueError):
+    """An event type or version this skillstate cannot read."""
+
+
+def register(cls: type[Event]) -> type[Event]:
+    """Register an event class (used by extensions and tests)."""
+    EVENT_TYPES[cls.type] = cls
+    return cls
+
+
+def decode(type_name: str, version: int, payload: dict[str, Any]) -> Event:
+    """Build the current version of an event from a stored payload."""
+    cls = EVENT_TYPES.get(type_name)
+    if cls is None:
+        raise UnknownEventError(f"unknown event type {type_name!r}")
+    if version > cls.version:
+        raise UnknownEventError(f"{type_name} v{version} is newer than this skillstate (v{cls.version})")
+    while version < cls.version:
+        upcast = UPCASTERS.get((type_name, version))
+        if upcast is None:
+            raise UnknownEventError(f"no upcaster for {type_name} v{version}")
+        payload = upcast(payload)
+        version += 1
+    return cls.model_validate(payload)
+
+
+class UnencodableEventError(InternalError, ValueError):
+    """An event holding a value its stored JSON could not hold (NaN, an
+    infinity): refused before it is appended, so the log stays readable."""
+
+
+def unfit_for_json(value: Any, path: str = "") -> tuple[str, Any] | None:
+    """(where, what) of the first value in `value` that strict JSON cannot
+    hold: a non-finite number, or an object that is not a dict, list, str,
+    number, bool or None; None when there is none."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path or "value", value)
+    if value is None or isinstance(value, (str, bool, int)):
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not (key is None or isinstance(key, (str, int)) or (isinstance(key, float) and math.isfinite(key))):
+                return (f"{path}[{key!r}]" if path else repr(key)), key  # (json writes these keys as strings)
+            found = unfit_for_json(item, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = unfit_for_json(item, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    return (path or "value"), value
+
+
+def encode(event: Event) -> dict[str, Any]:
+    """The stored payload of `event`. A value strict JSON cannot hold (NaN,
+    an infinity) is refused here, so no event that cannot be read back is
+    ever appended."""
+    payload = event.model_dump(mode="json")
+    found = unfit_for_json(payload)
+    if found is not None:
+        where, value = found
+        raise UnencodableEventError(f"{event.type}: {where} is {value!r}, which the log cannot store "
+                                    "(numbers must be finite); nothing was appended")
+    return payload

@@ -1,0 +1,192 @@
+"""Reading a run back: replay to a step, skills at a step, diffs, summaries.
+
+Nothing here calls an LLM: everything is folded from the log.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any
+
+from skillstate.config import SIM_MODELS
+from skillstate.engine.runner import LoadedRun, load_run, roles_of
+from skillstate.errors import NotFoundError
+from skillstate.llm.embeddings import ROLE as EMBEDDER
+from skillstate.log.events import Usage
+from skillstate.log.reducer import RunState, StepRecord, need, usage_totals
+from skillstate.pricing import cost_usd, price_for, sent_cost
+from skillstate.reading.failures import event_call_refs, failed_call_tokens, failed_calls, unused_calls
+from skillstate.reading.selection_report import gap_summary
+from skillstate.reading.tool_use import tool_use
+from skillstate.storage.store import Store
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    run_id: str
+    step: int
+    state: RunState
+    current_skill: str
+    best_skill: str
+    record: StepRecord | None
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.state
+        rec = self.record
+        return {
+            "run_id": self.run_id,
+            "step": self.step,
+            "epoch": rec.epoch if rec else 0,
+            "current_skill": self.current_skill,
+            "best_skill": self.best_skill,
+            "current_score": s.current_score,
+            "best_score": s.best_score,
+            "best_step": s.best_step,
+            "edit_budget": rec.edit_budget if rec else None,
+            "decision": None if rec is None else {
+                "decision": rec.decision, "candidate_score": rec.candidate_score, "reason": rec.reason},
+            "baseline": s.baseline.model_dump() if s.baseline else None,
+            "accepts": s.count("accept", "accept_best"),
+            "rejects": s.count("reject"),
+            "skips": s.count("skip"),
+            "usage": {role: u.model_dump() for role, u in s.usage.items()},
+        }
+
+
+def replay(store: Store, run_id: str | None, to_step: int) -> Snapshot:
+    """The state after `to_step` (0 = after the baseline), folded from the log."""
+    loaded = load_run(store, run_id)
+    state = loaded.state_at(to_step)
+    return Snapshot(loaded.run_id, to_step, state, store.get_blob(need(state.current_skill, "the current skill")),
+                    store.get_blob(need(state.best_skill, "the best skill")), state.record(to_step))
+
+
+def skill_at(store: Store, run_id: str | None, step: int | None = None, best: bool = False) -> tuple[str, str]:
+    """(run_id, skill text). With a step: the current skill after it, or the
+    best one so far with `best`. Without a step: the run's best skill."""
+    loaded = load_run(store, run_id)
+    if step is None:
+        state = loaded.state
+        best = True
+    else:
+        state = loaded.state_at(step)
+    h = state.best_skill if best else state.current_skill
+    if h is None:
+        raise NotFoundError(f"run {loaded.run_id!r} has no skill yet")
+    return loaded.run_id, store.get_blob(h)
+
+
+def skill_diff(store: Store, run_id: str | None, step_a: int, step_b: int) -> tuple[str, str]:
+    rid, a = skill_at(store, run_id, step_a)
+    _, b = skill_at(store, rid, step_b)
+    lines = difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
+                                 fromfile=f"{rid}@step_{step_a}", tofile=f"{rid}@step_{step_b}")
+    return rid, "".join(lines)
+
+
+def status_of(state: RunState) -> str:
+    if not state.started:
+        return "empty"
+    if state.completed:
+        return "evaluated" if state.kind == "eval" else "completed"
+    if state.baseline is None:
+        return "started" if state.stopped is None else "stopped before the baseline"
+    if state.stopped is not None:
+        return f"stopped at step {state.last_completed_step}/{state.total_steps}"
+    return f"step {state.last_completed_step}/{state.total_steps}"
+
+
+def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
+    """Headline figures of a run: scores, decisions, usage, what was paid.
+
+    Usage counts the run's own events (a fork's inherited prefix is its
+    parent's); `sent` counts requests this run actually sent, the rest were
+    served from the call table."""
+    s = loaded.state
+    refs = list(event_call_refs(store, loaded.own))  # read once: each results blob holds many calls
+    own = with_failed_tokens(usage_totals(e.event for e in loaded.own), failed_call_tokens(store, loaded.run_id, refs))
+    sent_rows = store.paid_by_model(loaded.run_id)
+    paid: dict[str, Usage] = {}
+    for role, _model, calls, pt, ct in sent_rows:
+        paid[role] = paid.get(role, Usage()) + Usage(calls=calls, prompt_tokens=pt, completion_tokens=ct)
+    usage = {}
+    unused = unused_calls(store, loaded.run_id, refs)
+    for role in sorted(set(own.usage) | set(paid)):
+        logical, sent = own.usage.get(role, Usage()), paid.get(role, Usage())
+        if role == EMBEDDER:  # vectors are looked up by text, not referenced by events: the run's are those it sent
+            logical = sent
+        usage[role] = {
+            "calls": logical.calls, "prompt_tokens": logical.prompt_tokens,
+            "completion_tokens": logical.completion_tokens, "sent": sent.calls,
+            "unused": unused.get(role, {}).get("unused", 0), "failed_unrecorded": unused.get(role, {}).get("failed", 0),
+            "sent_prompt_tokens": sent.prompt_tokens, "sent_completion_tokens": sent.completion_tokens,
+        }
+    tests = {label: {"split": ev.split, "hard": ev.scores.hard, "soft": ev.scores.soft, "n": ev.scores.n,
+                     "by_task_type": {k: v.model_dump() for k, v in ev.scores.by_task_type.items()}}
+             for label, ev in s.tests.items()}
+    return {
+        "run_id": loaded.run_id,
+        "kind": s.kind,
+        "parent_run_id": s.parent_run_id,
+        "fork_step": s.fork_step,
+        "status": status_of(s),
+        "stopped": ({"condition": s.stopped.condition, "reason": s.stopped.reason} if s.stopped else None),
+        "steps": s.last_completed_step,
+        "total_steps": s.total_steps,
+        "baseline_score": s.baseline.gate if s.baseline else None,
+        "current_score": s.current_score,
+        "best_score": s.best_score,
+        "best_step": s.best_step,
+        "accepts": s.count("accept", "accept_best"),
+        "new_best": s.count("accept_best"),
+        "rejects": s.count("reject"),
+        "skips": s.count("skip"),
+        "gate_metric": s.config.get("gate_metric"),
+        "test": tests,
+        "val_to_test": gap_summary(s),
+        "usage": usage,
+        "usage_by_stage": {stage: {role: u.model_dump() for role, u in roles.items()}
+                           for stage, roles in own.usage_by_stage.items()},
+        "cost": cost_summary(sent_rows, dict(s.config), own, roles_of(s.kind)),
+        "failures": failed_calls(refs),
+        "tool_use": tool_use(store, str(s.config.get("env", "qa")), refs),
+    }
+
+
+def with_failed_tokens(own: RunState, extra: dict[str, dict[str, tuple[int, int]]]) -> RunState:
+    """`own` (a usage-only state) with the tokens of failed calls that got a reply added, per stage and role:
+    the tables then count what the call table holds and the budget counted."""
+    if not extra:
+        return own
+    total, by_stage = dict(own.usage), {stage: dict(roles) for stage, roles in own.usage_by_stage.items()}
+    for stage, roles in extra.items():
+        for role, (pt, ct) in roles.items():
+            add = Usage(prompt_tokens=pt, completion_tokens=ct)
+            total[role] = total.get(role, Usage()) + add
+            by_stage.setdefault(stage, {})[role] = by_stage.get(stage, {}).get(role, Usage()) + add
+    return replace(own, usage=MappingProxyType(total),
+                   usage_by_stage=MappingProxyType({k: MappingProxyType(v) for k, v in by_stage.items()}))
+
+
+def cost_summary(sent_rows: list[tuple[str, str, int, int, int]], config: dict[str, Any], own: RunState,
+                 roles: tuple[str, ...] = ("target", "optimizer")) -> dict[str, Any]:
+    """USD cost per role and per stage of the run's own events at list prices,
+    and what the requests it actually sent (`Store.paid_by_model` rows) cost;
+    the rest came from the log."""
+    prices = config.get("prices") or {}
+    models = {role: (config.get(role) or {}).get("model") or SIM_MODELS[role] for role in roles}
+    unpriced = sorted({m for m in models.values() if price_for(m, prices) is None})
+
+    def priced(role: str, u: Usage) -> float:
+        return round(cost_usd(u.prompt_tokens, u.completion_tokens, price_for(models.get(role, ""), prices)), 6)
+
+    by_stage = {stage: {role: priced(role, u) for role, u in per_role.items()}
+                for stage, per_role in own.usage_by_stage.items()}
+    by_role = {role: priced(role, u) for role, u in own.usage.items()}
+    paid = {role: round(c, 6) for role, c in sent_cost(sent_rows, prices).items()}
+    unpriced += [model for _role, model, *_ in sent_rows if price_for(model, prices) is None and model not in unpriced]
+    return {"currency": "USD", "models": models, "by_role": by_role, "by_stage": by_stage,
+            "total": round(sum(by_role.values()), 6), "paid_by_role": paid, "paid": round(sum(paid.values()), 6),
+            "unpriced_models": sorted(unpriced)}

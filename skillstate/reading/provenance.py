@@ -1,0 +1,152 @@
+"""Why is this sentence in the skill? Trace a text through the log: the step
+that added it, the kept edit, the analysts who proposed it and the failures
+they were looking at; and every later step that removed or re-added it."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from skillstate.engine.loading import LoadedRun
+from skillstate.engine.runner import load_run
+from skillstate.errors import UserError
+from skillstate.log.events import Edit, GateDecided, PatchProposed, RolloutCompleted, SlowUpdateDecided
+from skillstate.log.events_repair import EditsAblated
+from skillstate.log.prune_events import PruneDecided, PruneProposed
+from skillstate.log.reducer import RunState, need, reduce
+from skillstate.storage.store import Store
+
+
+def _touches(edit: Edit, text: str) -> bool:
+    return bool(edit.content) and (text in edit.content or edit.content.strip() in text)
+
+
+def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | None = None) -> dict[str, Any]:
+    """Where `text` came from in the run (`loaded`, when the caller has folded it already)."""
+    text = text.strip()
+    if not text:
+        raise UserError("give the text to look for, e.g. skillstate why \"order of operations\"")
+    loaded = loaded or load_run(store, run_id)
+    state = loaded.state
+    initial = store.get_blob(need(state.initial_skill, "the initial skill"))
+    changes: list[dict[str, Any]] = []
+    step_events: dict[int, list] = {}
+    boundary_events: dict[int, list] = {}
+    present = text in initial
+    folded = RunState()
+    dropped: list[dict[str, Any]] = []
+    for s in loaded.lineage:  # fold the log, noting every change of the current skill
+        ev = s.event
+        if isinstance(ev, EditsAblated):  # repair: an edit left out because it did harm
+            dropped += dropped_edits(ev, text)
+        before, proposal = folded.current_skill, folded.prune
+        folded = reduce(folded, ev)
+        step = getattr(ev, "step", None)
+        if step is not None:
+            step_events.setdefault(step, []).append(ev)
+        elif hasattr(ev, "epoch") and ev.type != "StepStarted":
+            boundary_events.setdefault(ev.epoch, []).append(ev)
+        if before is None or folded.current_skill == before or ev.type == "RunStarted":
+            continue
+        now = text in store.get_blob(need(folded.current_skill, "the current skill"))
+        if now == present:
+            continue
+        change: dict[str, Any] = {"change": "added" if now else "removed"}
+        if isinstance(ev, GateDecided):
+            change.update(step=ev.step, epoch=folded.history[-1].epoch, decision=ev.decision, reason=ev.reason,
+                          by="step")
+            if ev.paired is not None or ev.type_guard is not None:  # the robust rules' verdicts (also in the reason)
+                change.update(paired=ev.paired.model_dump() if ev.paired else None,
+                              type_guard=ev.type_guard.model_dump() if ev.type_guard else None)
+        elif isinstance(ev, PruneDecided) and proposal is not None:  # a prune: the lines it deleted, and why
+            change.update(prune_change(proposal, ev, text))
+        else:  # the slow update of an epoch boundary
+            su = cast(SlowUpdateDecided, ev)  # the only other event that changes the current skill (see the reducer)
+            change.update(step=folded.last_completed_step, epoch=su.epoch, decision=su.decision, reason=su.reason,
+                          by="slow_update")
+        changes.append(change)
+        present = now
+    origin: dict[str, Any] | None = None
+    if present and changes:
+        last = changes[-1]
+        origin = (_origin(store, step_events[last["step"]], text) if last["by"] == "step"
+                  else _slow_origin(boundary_events[last["epoch"]]))
+    where = {"in_initial_skill": text in initial,
+             "in_current_skill": text in store.get_blob(need(state.current_skill, "the current skill")),
+             "in_best_skill": text in store.get_blob(need(state.best_skill, "the best skill"))}
+    return {
+        "run_id": loaded.run_id,
+        "text": text,
+        **where,
+        # False: the text was never in the run's current skill (nor is in its best): nothing to explain
+        "found": any(where.values()) or bool(changes) or bool(dropped),
+        "changes": changes,
+        "dropped": dropped,
+        "origin": origin,
+    }
+
+
+def prune_change(proposal: PruneProposed, ev: PruneDecided, text: str) -> dict[str, Any]:
+    """A prune's change of the current skill: its decision and the deleted lines that held `text`."""
+    lines = [{"line": p.line, "reasons": p.reasons, "of": p.of} for p in proposal.lines if text in p.line]
+    return {"step": ev.after_step, "epoch": ev.epoch, "decision": ev.decision, "reason": ev.reason, "by": "prune",
+            "deleted": lines or [{"line": p.line, "reasons": p.reasons, "of": p.of} for p in proposal.lines],
+            "paired": ev.paired.model_dump() if ev.paired else None,
+            "type_guard": ev.type_guard.model_dump() if ev.type_guard else None}
+
+
+def _slow_origin(events: list) -> dict[str, Any]:
+    """The slow update that wrote the guidance, and the comparison it read."""
+    by_type = {ev.type: ev for ev in events}
+    proposed, compared = by_type["SlowUpdateProposed"], by_type["EpochCompared"]
+    counts: dict[str, int] = {}
+    for lab in compared.labels.values():
+        counts[lab] = counts.get(lab, 0) + 1
+    return {"slow_update_epoch": proposed.epoch, "guidance": proposed.guidance, "reasoning": proposed.reasoning,
+            "comparison": counts, "kept_edits": [], "proposed_by": []}
+
+
+def _origin(store: Store, events: list, text: str) -> dict[str, Any]:
+    """The kept edits of the step that added `text`, and who proposed them
+    (in full_rewrite mode: the analysts whose whole skill held it)."""
+    by_type = {ev.type: ev for ev in events}
+    selected = by_type.get("EditsSelected")
+    built = by_type["CandidateBuilt"]
+    report = built.report
+    rollout: RolloutCompleted = by_type["RolloutCompleted"]
+    results = {r.item_id: r for r in rollout.results}
+    repaired = by_type.get("EditsAblated")
+    gone = set(repaired.dropped) if repaired is not None else set()
+    # the report is the built candidate's: after a repair, of the edits it kept
+    kept = [(k, e) for k, e in enumerate(e for i, e in enumerate(selected.edits) if i not in gone)
+            if _touches(e, text)] if selected else []
+    patches: list[PatchProposed] = [ev for ev in events if ev.type == "PatchProposed"]
+    proposals = []
+    for patch in patches:
+        matching = [e for e in patch.edits if any(e.content == k.content for _, k in kept) or _touches(e, text)]
+        if patch.skill and text in store.get_blob(patch.skill):
+            matching.append(Edit(op="rewrite", content=text, source=patch.source))
+        if not matching:
+            continue
+        proposals.append({
+            "source": patch.source, "minibatch": patch.minibatch, "reasoning": patch.reasoning,
+            "failure_summary": patch.failure_summary,
+            "edits": [{"op": e.op, "target": e.target, "content": e.content} for e in matching],
+            "items": [{"item_id": i, "task_type": results[i].task_type, "hard": results[i].hard,
+                       "fail_reason": results[i].fail_reason} for i in patch.item_ids if i in results],
+        })
+    return {
+        "step": built.step,
+        "method": built.method,
+        "kept_edits": [{"op": e.op, "target": e.target, "content": e.content, "source": e.source,
+                        "support": e.support, "status": report[i].status if i < len(report) else None}
+                       for i, e in kept],
+        "proposed_by": proposals,
+    }
+
+
+def dropped_edits(ev: EditsAblated, text: str) -> list[dict[str, Any]]:
+    """The edits a repair dropped that hold `text`, with what their ablation showed."""
+    return [{"step": ev.step, "op": a.edit.op, "content": a.edit.content, "broke": ev.affected_types,
+             "items": len(ev.item_ids), "candidate_score": ev.candidate_score, "without_score": a.score,
+             "recovered": a.recovered, "reason": ev.reason}
+            for a in ev.ablations if a.index in ev.dropped and _touches(a.edit, text)]

@@ -1,0 +1,122 @@
+"""Everything the log says about one step, as one dict: the batch, the
+failures, every analyst's patch, the merge, the kept edits with their apply
+status, the candidate, its evaluation and the decision. `skillstate show
+--step N` prints it and the dashboard's step page draws it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skillstate.engine.loading import LoadedRun
+from skillstate.errors import NotFoundError
+from skillstate.log.events import (
+    BankEvolved,
+    BankValidated,
+    CandidateBuilt,
+    CandidateEvaluated,
+    EditsSelected,
+    GateDecided,
+    LearningRateChosen,
+    PatchesMerged,
+    PatchProposed,
+    RolloutCompleted,
+    SkillsDistilled,
+    StepStarted,
+)
+from skillstate.log.events_repair import EditsAblated
+from skillstate.reading.failures import event_call_refs, failed_calls
+from skillstate.storage.store import Store
+
+
+def _edit(e) -> dict[str, Any]:
+    return {"op": e.op, "target": e.target, "content": e.content, "source": e.source, "support": e.support}
+
+
+def _bank_skill(skill) -> dict[str, Any]:
+    return {"id": skill.id, "title": skill.title, "principle": skill.principle, "category": skill.category,
+            "refines": skill.provenance.refines}
+
+
+def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
+    stored = [s for s in loaded.lineage if s.step == step]
+    events = [s.event for s in stored]
+    if not events:
+        raise NotFoundError(f"step {step} is beyond the end of run {loaded.run_id!r} "
+                            f"(last completed step: {loaded.state.last_completed_step})")
+    out: dict[str, Any] = {"run_id": loaded.run_id, "step": step,
+                           "failed_calls": failed_calls(list(event_call_refs(store, stored)))}
+    for ev in events:
+        if isinstance(ev, StepStarted):
+            out.update(epoch=ev.epoch, edit_budget=ev.edit_budget, batch=ev.batch_item_ids)
+        elif isinstance(ev, RolloutCompleted):
+            out["rollout"] = {
+                "solved": sum(1 for r in ev.results if r.hard >= 1), "items": len(ev.results),
+                "failures": [{"item_id": r.item_id, "task_type": r.task_type, "fail_reason": r.fail_reason}
+                             for r in ev.results if r.hard < 1],
+            }
+        elif isinstance(ev, PatchProposed):
+            out.setdefault("patches", []).append({
+                "source": ev.source, "minibatch": ev.minibatch, "status": ev.status, "items": ev.item_ids,
+                "failure_summary": ev.failure_summary, "edits": [_edit(e) for e in ev.edits],
+                "raw_reply": store.get_blob(ev.reply) if ev.reply else None,
+                "error": ev.call.error if ev.call is not None else None,
+            })
+        elif isinstance(ev, PatchesMerged):
+            out["merged"] = {"edits": [_edit(e) for e in ev.edits],
+                             "merge_calls": [m.model_dump(exclude={"call"}) for m in ev.merges]}
+        elif isinstance(ev, EditsSelected):
+            merged = out.get("merged", {}).get("edits", [])
+            out["selected"] = {"method": ev.method, "budget": ev.budget, "candidates": ev.candidates,
+                               "indices": ev.selected_indices, "edits": [_edit(e) for e in ev.edits],
+                               "dropped": [{"index": d.index, "reason": d.reason,
+                                            **(merged[d.index] if d.index < len(merged) else {})}
+                                           for d in ev.dropped]}
+        elif isinstance(ev, LearningRateChosen):
+            out["learning_rate"] = {"chosen": ev.chosen, "candidates": ev.candidates, "status": ev.status,
+                                    "requested": ev.requested, "reasoning": ev.reasoning}
+        elif isinstance(ev, (SkillsDistilled, BankEvolved)):
+            key = "distilled" if isinstance(ev, SkillsDistilled) else "evolved"
+            out[key] = {"status": ev.status, "added": [_bank_skill(x) for x in ev.added],
+                        "dropped": [{"reason": x.reason, "similar_to": x.similar_to, **_bank_skill(x.skill)}
+                                    for x in ev.dropped]}
+            if isinstance(ev, BankEvolved):
+                out[key].update(rates=ev.rates, categories=ev.categories, samples=ev.samples)
+        elif isinstance(ev, BankValidated):
+            out["validated"] = {"split": ev.split, "gate": ev.scores.gate,
+                                "by_category": {t: v.hard for t, v in ev.scores.by_task_type.items()}}
+        elif isinstance(ev, EditsAblated):
+            out["repair"] = repair_detail(ev)
+        elif isinstance(ev, CandidateBuilt) and "repair" in out:  # the repaired candidate
+            out["repair"]["apply_report"] = [r.model_dump() for r in ev.report]
+            out["skills"]["repaired"] = ev.skill
+        elif isinstance(ev, CandidateEvaluated) and "repair" in out:
+            out["repair"]["evaluation"] = _evaluation(ev)
+        elif isinstance(ev, CandidateBuilt):
+            out["apply_report"] = [r.model_dump() for r in ev.report]
+            out["skills"] = {"base": ev.base_skill, "candidate": ev.skill}
+            out["candidate_changed"] = ev.changed
+            out["update"] = {"method": ev.method, "status": ev.status, "block_restored": ev.block_restored}
+        elif isinstance(ev, CandidateEvaluated):
+            out["evaluation"] = _evaluation(ev)
+        elif isinstance(ev, GateDecided):
+            out["decision"] = {"decision": ev.decision, "candidate_score": ev.candidate_score,
+                               "current_score_before": ev.current_score, "best_score_before": ev.best_score,
+                               "reason": ev.reason}
+            if ev.paired is not None or ev.type_guard is not None:  # the robust rules' verdicts and numbers
+                out["decision"].update(rule=ev.rule, paired=ev.paired.model_dump() if ev.paired else None,
+                                       type_guard=ev.type_guard.model_dump() if ev.type_guard else None)
+    return out
+
+
+def _evaluation(ev: CandidateEvaluated) -> dict[str, Any]:
+    return {"split": ev.split, "hard": ev.scores.hard, "soft": ev.scores.soft, "gate": ev.scores.gate,
+            "cached": ev.cached, "partial": ev.partial.model_dump(exclude={"item_ids"}) if ev.partial else None}
+
+
+def repair_detail(ev: EditsAblated) -> dict[str, Any]:
+    """The repair (repair: ablate): the types lost, each ablated edit's outcome, the edits dropped."""
+    return {"reason": ev.reason, "changes": ev.changes, "affected_types": ev.affected_types,
+            "items": len(ev.item_ids), "current_score": ev.current_score, "candidate_score": ev.candidate_score,
+            "dropped": ev.dropped, "repaired": ev.skill is not None,
+            "ablations": [{"index": a.index, **_edit(a.edit), "score": a.score, "recovered": a.recovered,
+                           "harmful": a.harmful, "dropped": a.index in ev.dropped} for a in ev.ablations]}

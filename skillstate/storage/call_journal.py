@@ -1,0 +1,192 @@
+"""The LLM call journal: every request sent and its reply (or error),
+by request hash. A request already answered is served from here instead of
+sent again, and verify reads the outcome an event saw as of its time.
+
+Calls recorded at the same moment share one transaction (group commit);
+each caller returns only once its row is committed. `Store` holds the
+journal as a mixin, over its engine and write lock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import bindparam, func, insert, select
+from sqlalchemy.engine import Engine
+
+from skillstate.storage.schema import llm_calls
+from skillstate.util import canonical_json
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+@dataclass(frozen=True)
+class CallRow:
+    request_hash: str
+    response: dict[str, Any] | None
+    error: str | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    id: int
+    role: str
+    request_hash: str
+    error: str | None
+    created_at: dt.datetime
+
+
+# The statements of the hot paths, built once: building a SQLAlchemy statement
+# and its cache key costs more than SQLite takes to run it. Values are bound
+# at execution, so the SQL sent is the same as a statement built per call.
+_CALL_COLUMNS = (llm_calls.c.request_hash, llm_calls.c.response, llm_calls.c.error, llm_calls.c.prompt_tokens,
+                 llm_calls.c.completion_tokens)
+_CALL_BY_HASH = select(*_CALL_COLUMNS).where(llm_calls.c.request_hash == bindparam("request_hash"))
+_CALL_IN_RUNS = _CALL_BY_HASH.where(llm_calls.c.run_id.in_(bindparam("run_ids", expanding=True)))
+_FIRST_OK = {scoped: query.where(llm_calls.c.ok.is_(True)).order_by(llm_calls.c.id).limit(1)
+             for scoped, query in ((False, _CALL_BY_HASH), (True, _CALL_IN_RUNS))}
+_AS_OF = {scoped: query.where(llm_calls.c.created_at <= bindparam("as_of")).order_by(llm_calls.c.id)
+          for scoped, query in ((False, _CALL_BY_HASH), (True, _CALL_IN_RUNS))}
+_INSERT_CALL = insert(llm_calls)
+
+
+class _PendingCall:
+    """A call row waiting for its batch to be committed."""
+
+    __slots__ = ("row", "done", "error")
+
+    def __init__(self, row: dict[str, Any]):
+        self.row = row
+        self.done = False
+        self.error: Exception | None = None
+
+
+def _call_row(row: Any) -> CallRow | None:
+    return None if row is None else CallRow(row[0], json.loads(row[1]) if row[1] else None, row[2], row[3], row[4])
+
+
+class CallJournal:
+    """The call journal's reads and writes (a mixin of `Store`)."""
+
+    engine: Engine
+    _write_lock: threading.Lock
+
+    def _init_journal(self) -> None:
+        self._calls_cond = threading.Condition()
+        self._calls_pending: list[_PendingCall] = []
+        self._calls_writing = False
+
+    def find_call(self, request_hash: str, *, run_ids: list[str] | None = None,
+                  as_of: dt.datetime | None = None) -> CallRow | None:
+        """The response a request is served: the first successful call.
+
+        With `as_of` (verify), the outcome an event appended at that time saw:
+        the request's latest call recorded by then decides whether it had
+        failed (that error) or succeeded (the first successful call, which is
+        what was served)."""
+        params: dict[str, Any] = {"request_hash": request_hash}
+        scoped = run_ids is not None
+        if scoped:
+            params["run_ids"] = list(run_ids or ())
+        if as_of is None:
+            with self.engine.connect() as conn:
+                return _call_row(conn.execute(_FIRST_OK[scoped], params).first())
+        params["as_of"] = as_of
+        with self.engine.connect() as conn:  # one query: a request has few rows
+            rows = conn.execute(_AS_OF[scoped], params).all()
+        if not rows or rows[-1][2] is not None:
+            return _call_row(rows[-1] if rows else None)
+        return _call_row(next(r for r in rows if r[2] is None))
+
+    def record_call(self, *, run_id: str, role: str, request_hash: str, model: str, request: dict[str, Any] | str,
+                    response: dict[str, Any] | None, prompt_tokens: int, completion_tokens: int,
+                    latency_ms: float, error: str | None) -> None:
+        """Journal one call. `request` is the request, or its canonical JSON
+        when the caller already has it (the text its hash was taken of)."""
+        row: dict[str, Any] = dict(
+            run_id=run_id, role=role, request_hash=request_hash, model=model,
+            request=request if isinstance(request, str) else canonical_json(request),
+            response=canonical_json(response) if response is not None else None,
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_ms=latency_ms,
+            error=error, ok=error is None)
+        pending = _PendingCall(row)
+        with self._calls_cond:
+            row["created_at"] = utc_now()  # in the order of the ids the rows get, as when each was its own insert
+            self._calls_pending.append(pending)
+            while not pending.done:
+                if not self._calls_writing:  # no batch in flight: write all that is queued, this call's row too
+                    self._calls_writing = True
+                    batch, self._calls_pending = self._calls_pending, []
+                    break
+                self._calls_cond.wait()
+            else:
+                if pending.error is not None:
+                    raise pending.error
+                return
+        self._write_calls(batch, pending)
+
+    def _write_calls(self, batch: list[_PendingCall], mine: _PendingCall) -> None:
+        """Group commit: the calls recorded while the previous batch was being
+        written go in one transaction. Every caller returns only once its row
+        is committed (a resumed run is served every call that returned); the
+        callers of a batch that failed all raise its error."""
+        error: Exception | None = None
+        try:
+            with self._write_lock, self.engine.begin() as conn:
+                conn.execute(_INSERT_CALL, [p.row for p in batch])
+        except Exception as err:
+            error = err
+        except BaseException:  # interrupted, nothing written: the other callers write their rows themselves
+            with self._calls_cond:
+                self._calls_pending[:0] = [p for p in batch if p is not mine]
+                self._calls_writing = False
+                self._calls_cond.notify_all()
+            raise
+        with self._calls_cond:
+            for p in batch:
+                p.done, p.error = True, error
+            self._calls_writing = False
+            self._calls_cond.notify_all()
+        if error is not None:
+            raise error
+
+    def request_of(self, request_hash: str) -> dict[str, Any] | None:
+        """The request a hash stands for (its canonical JSON in the call table), or None."""
+        query = select(llm_calls.c.request).where(llm_calls.c.request_hash == request_hash).limit(1)
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        return json.loads(row[0]) if row is not None else None
+
+    def read_calls(self, run_id: str) -> list[CallRecord]:
+        """The calls a run sent, in the order they were recorded."""
+        query = (select(llm_calls.c.id, llm_calls.c.role, llm_calls.c.request_hash, llm_calls.c.error,
+                        llm_calls.c.created_at)
+                 .where(llm_calls.c.run_id == run_id).order_by(llm_calls.c.id))
+        with self.engine.connect() as conn:
+            return [CallRecord(*r) for r in conn.execute(query)]
+
+    def failed_sent(self, run_id: str) -> dict[str, int]:
+        """The calls this run sent that failed: error text -> count."""
+        query = (select(llm_calls.c.error, func.count()).where(llm_calls.c.run_id == run_id, llm_calls.c.ok.is_(False))
+                 .group_by(llm_calls.c.error))
+        with self.engine.connect() as conn:
+            return {str(r[0]): int(r[1]) for r in conn.execute(query)}
+
+    def paid_by_model(self, run_id: str) -> list[tuple[str, str, int, int, int]]:
+        """(role, model, calls, prompt tokens, completion tokens) this run sent."""
+        query = (
+            select(llm_calls.c.role, llm_calls.c.model, func.count(), func.sum(llm_calls.c.prompt_tokens),
+                   func.sum(llm_calls.c.completion_tokens))
+            .where(llm_calls.c.run_id == run_id).group_by(llm_calls.c.role, llm_calls.c.model)
+            .order_by(llm_calls.c.role, llm_calls.c.model)
+        )
+        with self.engine.connect() as conn:
+            return [(r[0], r[1], int(r[2]), int(r[3] or 0), int(r[4] or 0)) for r in conn.execute(query)]
