@@ -68,7 +68,7 @@ def log(run_id, step, lineage, as_json, db) -> None:
         skillstate log
         skillstate log my-run --step 3 --json
     """
-    from skillstate.cli.render import log_lines
+    from skillstate.cli.log_view import log_lines
     from skillstate.engine.runner import load_run
     from skillstate.storage.store import open_store
 

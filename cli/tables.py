@@ -124,3 +124,8 @@ def table_lines(cols: list[Col], rows: list[list[Any]], width: int | None = None
     _console(room, out).print(table)
     pad = " " * indent
     return [pad + line.rstrip() for line in out.getvalue().splitlines()]
+
+
+def fmt(value: float | None) -> str:
+    """A score with three decimals; `-` when there is none."""
+    return "-" if value is None else f"{value:.3f}"
