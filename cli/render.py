@@ -337,6 +337,7 @@ def why_text(info: dict[str, Any]) -> str:
     for c in info["changes"]:
         when = (f"step {c['step']} (epoch {c['epoch']})" if c["by"] == "step"
                 else f"prune after step {c['step']} (epoch {c['epoch']})" if c["by"] == "prune"
+                else f"step {c['step']} (epoch {c['epoch']}) built on another accepted skill" if c["by"] == "parent"
                 else f"slow update at the end of epoch {c['epoch']}")
         lines.append(f"  {when}: {c['change']} by {c['decision']} ({c['reason']})")
         for d in c.get("deleted", []):

@@ -99,6 +99,10 @@ class SkillConfig(Section):
     repair_type_loss: float = Field(
         0.3, ge=0.0, le=1.0, description="repair ablate: a task type is repaired when the candidate's mean gate "
                                          "score on it is below the current skill's by more than this.")
+    parent_selection: Literal["current", "pareto"] = Field(
+        "current", description="current: each step builds on the current skill; pareto: on a skill drawn from the "
+                               "front of those accepted so far (and the initial one), each leading some task type on "
+                               "val, weighted by how many it leads (not in mode bank).")
 
     # the rest
     use_gate: bool = Field(
@@ -245,7 +249,8 @@ class SkillConfig(Section):
                                          ("accumulation", self.accumulation != 1),
                                          ("lr_control", self.lr_control != "fixed"),
                                          ("update_mode", self.update_mode != "patch"),
-                                         ("prune", self.prune != "off")) if on]
+                                         ("prune", self.prune != "off"),
+                                         ("parent_selection", self.parent_selection != "current")) if on]
             if clash:
                 raise ValueError(f"mode bank grows a bank of skills, not one document: {clash[0]} does not apply "
                                  "to it (leave it at its default)")

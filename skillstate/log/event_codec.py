@@ -39,6 +39,7 @@ from skillstate.log.events import (
     StopConditionMet,
     TestEvaluated,
 )
+from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.selection_events import FinalSelected, SelectionScored
@@ -51,7 +52,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         GateDecided, TestEvaluated, EpochCompared, SlowUpdateProposed, SlowUpdateDecided, MetaSkillWritten,
         EpochEnded, FinalValidated, StopConditionMet, SkillsDistilled, BankValidated, BankEvolved, BankSeeded,
         PruneProposed, PruneDecided,
-        EditsAblated,
+        EditsAblated, ParentChosen,
         SelectionScored, FinalSelected,
     )
 }

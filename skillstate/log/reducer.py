@@ -43,6 +43,7 @@ from skillstate.log.events import (
     TestEvaluated,
     Usage,
 )
+from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.prune_fold import fold_prune
@@ -217,6 +218,16 @@ def reduce(state: RunState, event: Event) -> RunState:
                                              batch_item_ids=tuple(event.batch_item_ids),
                                              sub_batches=tuple(tuple(b) for b in event.sub_batches),
                                              edit_budget=event.edit_budget, base_skill=state.current_skill or ""))
+
+    if isinstance(event, ParentChosen):  # parent_selection pareto: the step builds on the drawn skill
+        p = _progress(state, event)
+        if p.rollout is not None or p.parent is not None:
+            raise FoldError("ParentChosen after the step's rollout, or twice")
+        epoch_skills = state.epoch_skills
+        if not state.history or state.history[-1].epoch != p.epoch:  # the epoch's first step
+            epoch_skills = _with(epoch_skills, p.epoch, event.skill)  # the epoch starts from the parent
+        return replace(state, current_skill=event.skill, current_score=event.score, epoch_skills=epoch_skills,
+                       progress=replace(p, parent=event, base_skill=event.skill))
 
     if isinstance(event, RolloutCompleted):
         p = _progress(state, event)

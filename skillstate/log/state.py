@@ -32,6 +32,7 @@ from skillstate.log.events import (
     TestEvaluated,
     Usage,
 )
+from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneProposed
 from skillstate.log.selection_events import FinalSelected, SelectionScored
@@ -51,6 +52,7 @@ class StepProgress:
     edit_budget: int
     base_skill: str
     sub_batches: tuple[tuple[str, ...], ...] = ()
+    parent: ParentChosen | None = None  # parent_selection pareto: the draw (base_skill is its skill)
     rollout: RolloutCompleted | None = None
     patches: tuple[PatchProposed, ...] = ()
     merged: PatchesMerged | None = None
