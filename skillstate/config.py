@@ -110,6 +110,10 @@ class SkillConfig(Section):
     drop_noop_edits: bool = Field(
         True, description="Before selection, drop merged edits that would change nothing (a line the skill already "
                           "holds, an absent target, a duplicate), so the budget goes to edits that do.")
+    drop_rejected_edits: int = Field(
+        0, ge=0, description="With drop_noop_edits, also drop before selection a merged edit that was in this many "
+                             "rejected candidates of the run (an edit the repair dropped as harmful counts as one); "
+                             "0: never.")
     early_reject: bool = Field(
         True, description="Stop scoring a candidate once it cannot beat the current score even if every item left "
                           "succeeded (the decision is the same as a full evaluation's; the items the current skill "

@@ -71,3 +71,32 @@ def test_the_draw_follows_the_weights():
 def test_equal_profiles_are_both_on_the_front():
     pool = [("x", {"a": 0.5}), ("y", {"a": 0.5}), ("x", {"a": 0.0})]  # a repeated skill counts once, first listing
     assert front(pool) == {"x": ["a"], "y": ["a"]}
+
+
+# --- the screen of edits rejected before (drop_rejected_edits) ------------------
+
+edit_texts = st.sampled_from(["- Keep answers short.", "- Count twice.", "- keep answers  SHORT.", "- Be exact."])
+
+
+@given(st.lists(edit_texts, min_size=1, max_size=6), st.dictionaries(edit_texts, st.integers(0, 3)),
+       st.integers(0, 3))
+def test_the_screen_drops_exactly_the_edits_rejected_often_enough(contents, counts, n):
+    from skillstate.log.events import Edit
+    from skillstate.skillopt.screen import edit_key, screen_edits
+
+    edits = [Edit(op="append", content=c) for c in contents]
+    rejected: dict = {}
+    for text, k in counts.items():  # keys normalize: case, spaces and the list marker do not matter
+        key = edit_key(Edit(op="append", content=text))
+        rejected[key] = max(rejected.get(key, 0), k)
+    kept, dropped = screen_edits("# Skill\n", "", edits, rejected, n)
+    plain_kept, _ = screen_edits("# Skill\n", "", edits)
+    reasons = {d.index: d.reason for d in dropped}
+    for i, edit in enumerate(edits):
+        again = n > 0 and rejected.get(edit_key(edit), 0) >= n
+        if again and i in plain_kept:
+            assert reasons[i] == "rejected_before"
+        if i in kept:
+            assert not again
+    if n == 0:  # off: the same as without the counts
+        assert kept == plain_kept

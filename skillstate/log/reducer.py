@@ -20,6 +20,7 @@ from skillstate.log.events import (
     BaselineEvaluated,
     CandidateBuilt,
     CandidateEvaluated,
+    Edit,
     EditsSelected,
     EpochCompared,
     EpochEnded,
@@ -131,6 +132,14 @@ def _progress(state: RunState, event: Event) -> StepProgress:
 def _regate(scores: Scores, config: Mapping) -> float:
     return gate_rules.gate_of(scores, config["gate_metric"], config["gate_mixed_weight"],
                               config.get("semantic_density_weight", 0.0))
+
+
+def _count_edits(counts: Mapping[tuple[str, str, str], int], edits: Iterable[Edit]) -> Mapping:
+    """`counts` with each of `edits` counted once more (an edit listed twice counts once)."""
+    keys = {(e.op, e.target, e.content) for e in edits}
+    if not keys:
+        return counts
+    return MappingProxyType({**counts, **{k: counts.get(k, 0) + 1 for k in keys}})
 
 
 def _buffer_entry(p: StepProgress, event: GateDecided) -> BufferEntry:
@@ -259,7 +268,9 @@ def reduce(state: RunState, event: Event) -> RunState:
         p = _progress(state, event)
         if p.evaluation is None or p.repair is not None:
             raise FoldError("EditsAblated before the candidate was evaluated, or twice")
-        return replace(state, progress=replace(p, repair=event))
+        dropped = [a.edit for a in event.ablations if a.harmful and a.index in event.dropped]
+        return replace(state, progress=replace(p, repair=event),
+                       rejected_edits=_count_edits(state.rejected_edits, dropped))
 
     if isinstance(event, CandidateEvaluated):
         p = _progress(state, event)
@@ -301,11 +312,15 @@ def reduce(state: RunState, event: Event) -> RunState:
             current_skill, current_score = p.candidate.skill, event.candidate_score
             if event.decision == gate_rules.ACCEPT_BEST:
                 best_skill, best_score, best_step = p.candidate.skill, event.candidate_score, event.step
+        rejected_edits = state.rejected_edits
+        if event.decision == gate_rules.REJECT and p.selected is not None:  # the repair's drops counted already
+            gone = set(p.repair.dropped) if p.repair is not None else set()
+            rejected_edits = _count_edits(rejected_edits, [e for i, e in enumerate(p.selected.edits) if i not in gone])
         record = StepRecord(step=event.step, epoch=p.epoch, edit_budget=p.edit_budget, decision=event.decision,
                             candidate_score=event.candidate_score, current_score=current_score,
                             best_score=best_score, current_skill=current_skill, best_skill=best_skill,
                             reason=event.reason, forced=event.forced)
-        return replace(state, progress=None, history=state.history + (record,),
+        return replace(state, progress=None, history=state.history + (record,), rejected_edits=rejected_edits,
                        buffer=state.buffer + (_buffer_entry(p, event),),
                        current_skill=current_skill, current_score=current_score,
                        best_skill=best_skill, best_score=best_score, best_step=best_step)

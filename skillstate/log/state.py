@@ -171,6 +171,8 @@ class RunState:
     prune_rejected: tuple[tuple[str, str], ...] = ()  # prune: (skill, line) of each deletion the gate turned down
     selection_scored: tuple[SelectionScored, ...] = ()  # final_selection: the candidates re-scored so far
     final_selection: FinalSelected | None = None  # final_selection: the pick (the best skill since)
+    # drop_rejected_edits: (op, target, content) -> rejected candidates the edit was in, plus the repair's drops
+    rejected_edits: Mapping[tuple[str, str, str], int] = field(default_factory=lambda: EMPTY)
 
     @property
     def started(self) -> bool:
