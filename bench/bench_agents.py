@@ -6,7 +6,7 @@ For each environment: baseline and best success on val and test, steps,
 accepts and rejects, LLM calls, the wall time of the run, the time spent
 inside the environment (opening episodes, stepping, running tools) and the
 wall time of `replay --verify`, which plays every episode again.
-Results depend on the machine; the README records one measurement.
+Results depend on the machine; docs/benchmarks.md records one measurement.
 """
 
 from __future__ import annotations

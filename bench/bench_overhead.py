@@ -14,8 +14,8 @@ must be installed), the first repetition is profiled and its text report
 written to FILE; it sees the main thread only, where the worker threads' work
 shows as waits (`py-spy record -- python bench/bench_overhead.py` samples
 every thread). With --cli, also times `skillstate --help` and a `skillstate
-run` argument error in fresh processes. Results depend on the machine; the
-README records one measurement.
+run` argument error in fresh processes. Results depend on the machine;
+docs/benchmarks.md records one measurement.
 """
 
 from __future__ import annotations

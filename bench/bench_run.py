@@ -3,7 +3,7 @@
 Run on demand:  python bench/bench_run.py [--db-dir DIR] [--all-features]
 (--all-features: slow update, meta skill and the autonomous learning rate on)
 Prints wall time per phase and the process's peak resident memory. Results
-depend on the machine; the README records one measurement.
+depend on the machine; docs/benchmarks.md records one measurement.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from skillstate.trainer import Trainer
 pytestmark = pytest.mark.browser
 
 CHROMIUM = os.environ.get("SKILLSTATE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-# Set to a folder to keep the screenshots (the README's come from here).
+# Set to a folder to keep the screenshots (docs/dashboard.md's, docs/dashboard-*.jpg, come from here).
 SHOTS = os.environ.get("SKILLSTATE_SCREENSHOTS")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]

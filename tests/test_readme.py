@@ -1,4 +1,5 @@
-"""The README's Python example runs, and every command it shows exists."""
+"""The README's and the docs' commands: the Python API example runs, every command they show exists,
+and .ci/run types the README's first commands as written."""
 
 from __future__ import annotations
 
@@ -7,28 +8,36 @@ from pathlib import Path
 
 from skillstate.cli.main import cli
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+PYTHON_API = (ROOT / "docs" / "python-api.md").read_text(encoding="utf-8")
+# Every page of the docs site (docs/hooks/ holds the build's code, not pages).
+PAGES = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8")
+         for path in sorted((ROOT / "docs").rglob("*.md")) if "hooks" not in path.parts}
 
 
 def test_python_api_example_runs(tmp_path, monkeypatch):
-    blocks = re.findall(r"```python\n(.*?)```", README, re.DOTALL)
+    blocks = re.findall(r"```python\n(.*?)```", PYTHON_API, re.DOTALL)
     assert blocks
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(blocks[0], "README.md", "exec"), namespace)
+    exec(compile(blocks[0], "docs/python-api.md", "exec"), namespace)
     assert namespace["result"].best_score >= namespace["result"].baseline_score
     assert namespace["fork"].state.parent_run_id == "api-demo"
 
 
-def test_every_command_the_readme_shows_exists():
-    lines = re.findall(r"(?m)^(?:\$ )?(?:[A-Z_]+=\S+ )*skillstate ([a-z][a-z-]+)", README)
-    inline = re.findall(r"`skillstate ([a-z][a-z-]+)", README)
-    shown = set(lines) | set(inline)
-    assert shown, "the README shows no command"
+def test_every_command_the_readme_and_the_docs_show_exists():
     commands = set(cli.commands)
-    missing = {name for name in shown if name not in commands and name not in {"db"}}
-    assert not missing, missing
     assert "db" in commands and "upgrade" in cli.commands["db"].commands
+    assert len(PAGES) >= 20, sorted(PAGES)
+    for name, text in {"README.md": README, **PAGES}.items():
+        lines = re.findall(r"(?m)^(?:\$ )?(?:[A-Z_]+=\S+ )*skillstate ([a-z][a-z-]+)", text)
+        inline = re.findall(r"`skillstate ([a-z][a-z-]+)", text)
+        shown = set(lines) | set(inline)
+        if name in ("README.md", "docs/walkthrough.md"):
+            assert shown, f"{name} shows no command"
+        missing = {cmd for cmd in shown if cmd not in commands}
+        assert not missing, (name, missing)
 
 
 def test_ci_runs_the_readme_commands_as_written():
@@ -38,6 +47,6 @@ def test_ci_runs_the_readme_commands_as_written():
     assert first is not None
     commands = [line.split("  #")[0].strip() for line in first.group(1).splitlines() if line.strip()]
     assert any(c.endswith("&& pytest") for c in commands) and any(c.endswith("skillstate run") for c in commands)
-    ci = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     missing = [c for c in commands if c not in ci]
     assert not missing, missing

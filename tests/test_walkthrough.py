@@ -1,13 +1,15 @@
-"""The README's walkthrough is real output: every `$ skillstate …` command in
-its text blocks runs, in order, in a new directory, and prints what the
-README shows.
+"""The walkthrough is real output: every `$ skillstate …` command in the text
+blocks of docs/walkthrough.md runs, in order, in a new directory, and prints
+what the page shows. The README's short walkthrough is the same run: each
+command of its bash block is one of the page's, and each output it shows is
+what that command printed.
 
-A line `...` in the README stands for any number of lines. A few figures
-depend on how the work done ahead raced the gate (how many sent calls went
-unused, what was paid); on those lines, listed in VARIES, digits may differ.
-When the output changes on purpose, `SKILLSTATE_WALKTHROUGH=FILE pytest
+A line `...` stands for any number of lines. A few figures depend on how the
+work done ahead raced the gate (how many sent calls went unused, what was
+paid); on those lines, listed in VARIES, digits may differ. When the output
+changes on purpose, `SKILLSTATE_WALKTHROUGH=FILE pytest
 tests/test_walkthrough.py` writes what the commands printed to FILE, to copy
-into the README.
+into docs/walkthrough.md.
 """
 
 from __future__ import annotations
@@ -21,19 +23,38 @@ from click.testing import CliRunner
 
 from skillstate.cli.main import cli
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = (ROOT / "docs" / "walkthrough.md").read_text(encoding="utf-8")
+README = (ROOT / "README.md").read_text(encoding="utf-8")
 VARIES = (re.compile(r"^\d+ sent calls? went unused"), re.compile(r"^paid \(sent\)"))
 
 
+def section(text: str, heading: str) -> str:
+    """The part of a markdown text under `heading` (a whole heading line), up to the next heading."""
+    part = text.split(f"\n{heading}\n", 1)[1] if not text.startswith(f"{heading}\n") else text[len(heading):]
+    return re.split(r"\n#{2,3} ", part, maxsplit=1)[0]  # (a `# ...` line in a text block is output)
+
+
+def text_blocks(text: str) -> list[list[str]]:
+    return [block.splitlines() for block in re.findall(r"```text\n(.*?)```", text, re.DOTALL)]
+
+
 def walkthrough_blocks() -> list[list[str]]:
-    """The text blocks of the README's walkthrough section, as lists of lines."""
-    section = README.split("\n## Walkthrough", 1)[1]
-    section = re.split(r"\n#{2,3} ", section, maxsplit=1)[0]
-    return [block.splitlines() for block in re.findall(r"```text\n(.*?)```", section, re.DOTALL)]
+    """The text blocks of the walkthrough page's first section (before "Progress while it runs")."""
+    return text_blocks(section(PAGE, "# Walkthrough: run, replay, fork, audit"))
+
+
+def readme_walkthrough() -> tuple[list[list[str]], list[list[str]]]:
+    """The README's short walkthrough: (argv of each line of its bash blocks, its text blocks)."""
+    part = section(README, "## A short walkthrough")
+    lines = [line for block in re.findall(r"```bash\n(.*?)```", part, re.DOTALL) for line in block.splitlines()]
+    argvs = [shlex.split(line, comments=True) for line in lines if line.strip()]
+    assert argvs and all(argv[0] == "skillstate" for argv in argvs), argvs
+    return [argv[1:] for argv in argvs], text_blocks(part)
 
 
 def commands(block: list[str]) -> list[tuple[list[str], list[str]]]:
-    """(argv after `skillstate`, the lines the README shows under it), in order."""
+    """(argv after `skillstate`, the lines shown under it), in order."""
     out: list[tuple[list[str], list[str]]] = []
     for line in block:
         if line.startswith("$ "):
@@ -61,16 +82,18 @@ def matches(want: list[str], got: list[str]) -> bool:
     return bool(got) and _same(want[0], got[0]) and matches(want[1:], got[1:])
 
 
-def test_the_walkthrough_prints_what_the_readme_shows(tmp_path, monkeypatch):
+def test_the_walkthrough_prints_what_the_docs_show(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     runner = CliRunner(env={"COLUMNS": "100", "NO_COLOR": None, "SKILLSTATE_AUDIT_KEY": None})
     blocks = walkthrough_blocks()
     assert len(blocks) >= 5
     transcript, failures = [], []
+    printed: dict[tuple[str, ...], list[str]] = {}
     for block in blocks:
         for argv, want in commands(block):
             res = runner.invoke(cli, argv, catch_exceptions=False)
             got = [line.rstrip() for line in res.output.rstrip("\n").splitlines()]
+            printed[tuple(argv)] = got
             transcript += ["$ skillstate " + shlex.join(argv), *got]
             if res.exit_code != 0:
                 failures.append(f"skillstate {shlex.join(argv)} exited {res.exit_code}")
@@ -78,6 +101,18 @@ def test_the_walkthrough_prints_what_the_readme_shows(tmp_path, monkeypatch):
                 failures.append(f"skillstate {shlex.join(argv)} printed:\n" + "\n".join(got))
     if os.environ.get("SKILLSTATE_WALKTHROUGH"):
         Path(os.environ["SKILLSTATE_WALKTHROUGH"]).write_text("\n".join(transcript) + "\n", encoding="utf-8")
+
+    # the README's short walkthrough: the same commands, and what it shows of them is what they printed
+    readme_argvs, readme_blocks = readme_walkthrough()
+    failures += [f"README: skillstate {shlex.join(argv)} is not a command of docs/walkthrough.md"
+                 for argv in readme_argvs if tuple(argv) not in printed]
+    assert readme_blocks
+    for block in readme_blocks:
+        for argv, want in commands(block):
+            if tuple(argv) not in printed:
+                failures.append(f"README: skillstate {shlex.join(argv)} is not a command of docs/walkthrough.md")
+            elif not matches([line.rstrip() for line in want], printed[tuple(argv)]):
+                failures.append(f"README: skillstate {shlex.join(argv)} printed:\n" + "\n".join(printed[tuple(argv)]))
     assert not failures, "\n\n".join(failures)
 
 
