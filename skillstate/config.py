@@ -61,18 +61,23 @@ class SkillConfig(Section):
     final_selection: FinalSelectionConfig = Field(default_factory=FinalSelectionConfig)
 
     # training schedule
-    num_epochs: int = Field(4, ge=1, le=100_000)
-    batch_size: int = Field(40, ge=1)
-    minibatch_size: int = Field(8, ge=1)
-    merge_batch_size: int = Field(8, ge=2)
+    num_epochs: int = Field(
+        4, ge=1, le=100_000, description="Epochs; steps per epoch = ceil(train / (batch_size * accumulation)).")
+    batch_size: int = Field(40, ge=1, description="Train items rolled out per step.")
+    minibatch_size: int = Field(8, ge=1, description="Trajectories per analyst call.")
+    merge_batch_size: int = Field(8, ge=2, description="Patches per merge call in the merge tree.")
 
     # edit budget (textual learning rate)
     edit_budget: int = Field(4, ge=1, description="Maximum edits kept per step.")
     min_edit_budget: int = Field(2, ge=1, description="The scheduler never goes below this.")
-    lr_scheduler: Scheduler = Field("cosine")
+    lr_scheduler: Scheduler = Field(
+        "cosine", description="The edit budget's schedule, from edit_budget down to min_edit_budget: constant, linear "
+                              "or cosine.")
 
     # gate
-    gate_metric: GateMetric = Field("hard")
+    gate_metric: GateMetric = Field(
+        "hard", description="What the gate compares: hard, soft (token F1) or mixed ((1 - w) * hard + w * soft, w = "
+                            "gate_mixed_weight).")
     gate_mixed_weight: float = Field(0.5, ge=0.0, le=1.0, description="w in (1-w)*hard + w*soft for gate_metric mixed.")
     gate_rule: Literal["strict", "paired"] = Field(
         "strict", description="strict: accept a candidate scoring strictly above the current skill; paired: also "
@@ -182,10 +187,11 @@ class SkillConfig(Section):
                                           "output tokens].")
 
     failure_only: bool = Field(False, description="Ignore successes in Reflect.")
-    seed: int = 42
-    train_split: str = "train"
+    seed: int = Field(42, description="Seeds every shuffle.")
+    train_split: str = Field("train", description="The split the batches are drawn from.")
     val_split: str = Field("val", description="The selection split the gate scores on.")
-    test_split: str = "test"
+    test_split: str = Field("test", description="The split the initial and best skill are scored on at the end "
+                                                "(eval_test).")
     eval_test: bool = Field(True, description="Score the initial and best skill on the test split at the end.")
     concurrency: int = Field(8, ge=1, description="LLM calls in flight at once.")
     executor: Literal["threads", "ray"] = Field(
