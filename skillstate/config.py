@@ -97,10 +97,14 @@ class SkillConfig(Section):
                            "the prune prompt names) at each epoch end or after each step, decided by the gate.")
     prune_max_lines: int = Field(6, ge=1, description="prune: the most lines one proposal deletes.")
     repair: Literal["off", "ablate"] = Field(
-        "off", description="ablate: when a candidate loses some task types while lifting others, remove its kept "
+        "ablate", description="ablate: when a candidate loses some task types while lifting others, remove its kept "
                            "edits one at a time on the lost types' items, drop those whose removal recovers them, "
                            "and gate the candidate without them (update_mode patch).")
     repair_max_edits: int = Field(3, ge=1, description="repair ablate: at most this many edits ablated per step.")
+    repair_full_evaluation: bool = Field(
+        True, description="repair ablate: score a candidate the repair may examine on every val item (no early "
+                          "reject), so the repair and the gate decide as a full evaluation would; false: early "
+                          "reject applies (fewer calls, and the repair pairs only the items scored).")
     repair_type_loss: float = Field(
         0.3, ge=0.0, le=1.0, description="repair ablate: a task type is repaired when the candidate's mean gate "
                                          "score on it is below the current skill's by more than this.")
@@ -116,7 +120,7 @@ class SkillConfig(Section):
         True, description="Before selection, drop merged edits that would change nothing (a line the skill already "
                           "holds, an absent target, a duplicate), so the budget goes to edits that do.")
     drop_rejected_edits: int = Field(
-        0, ge=0, description="With drop_noop_edits, also drop before selection a merged edit that was in this many "
+        2, ge=0, description="With drop_noop_edits, also drop before selection a merged edit that was in this many "
                              "rejected candidates of the run (an edit the repair dropped as harmful counts as one); "
                              "0: never.")
     early_reject: bool = Field(
@@ -230,7 +234,7 @@ class SkillConfig(Section):
                                  f"{list(price)}")
         return prices
 
-    @field_validator("prune", mode="before")
+    @field_validator("prune", "repair", mode="before")
     @classmethod
     def _off(cls, value: Any) -> Any:
         return "off" if value is False else value  # `--set prune=off` reads as YAML's false

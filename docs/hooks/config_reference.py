@@ -52,6 +52,7 @@ GUIDES = {
     "repair": "../noisy-targets.md#repairing-a-candidate-edits-that-did-harm",
     "repair_max_edits": "../noisy-targets.md#repairing-a-candidate-edits-that-did-harm",
     "repair_type_loss": "../noisy-targets.md#repairing-a-candidate-edits-that-did-harm",
+    "repair_full_evaluation": "../noisy-targets.md#repairing-a-candidate-edits-that-did-harm",
     "parent_selection": "../noisy-targets.md#drawing-each-steps-parent-from-a-front",
     "drop_rejected_edits": "../noisy-targets.md#leaving-out-edits-that-failed-before",
     "use_gate": "../skillopt.md",

@@ -34,6 +34,7 @@ from skillstate.log.events_pareto import FrontMember, ParentChosen
 from skillstate.log.reducer import RunState, cache_key, need, step_progress
 from skillstate.skillopt import gate as gate_rules
 from skillstate.skillopt import pareto
+from skillstate.skillopt import repair as repair_rules
 from skillstate.skillopt.repair import gate_note as repair_note
 from skillstate.skillopt.scheduler import edit_budget, epoch_batches, position
 from skillstate.util import canonical_json
@@ -193,7 +194,8 @@ def evaluate_candidate(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
     cfg = ctx.config
     split, skill = cfg.val_split, need(p.candidate, "CandidateBuilt").skill
-    if cfg.early_reject and cfg.use_gate and state.score_cache.get(cache_key(split, skill)) is None:
+    full = cfg.repair_full_evaluation and repair_rules.may_examine(cfg, p)  # the repair pairs every item
+    if cfg.early_reject and cfg.use_gate and not full and state.score_cache.get(cache_key(split, skill)) is None:
         current = need(state.current_score, "the current score")
         scores, blob, usage, partial = evaluate_early(ctx, state, skill, split, current)
         return [CandidateEvaluated(step=p.step, split=split, skill=skill, scores=scores, cached=False, results=blob,
@@ -346,8 +348,10 @@ def skip_reason(state: RunState, update_mode: str) -> str | None:
         dropped = p.selected.dropped
         if dropped and len(dropped) == p.selected.candidates:
             reasons = Counter(d.reason for d in dropped)
-            return ("every proposed edit would change nothing (" +
-                    ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(reasons.items())) + ")")
+            listed = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(reasons.items()))
+            if "rejected_before" in reasons:  # drop_rejected_edits (older logs never have it: their text stays)
+                return f"every proposed edit was left out before selection ({listed})"
+            return f"every proposed edit would change nothing ({listed})"
         return "the autonomous learning rate chose 0 edits"
     return None
 
