@@ -17,16 +17,18 @@ def linked_paths(markdown: str) -> list[str]:
     the skill root (`./a/../b` -> `b`; a target that climbs out keeps its leading `..`). URLs,
     anchors and absolute paths are left out; bare paths count inside code too (`python
     scripts/x.py`), markdown links only outside fenced code."""
-    found: list[str] = []
-    for target in _LINK.findall(_FENCED.sub("", markdown)):
+    found: list[tuple[int, str]] = []
+    unfenced = _FENCED.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), markdown)  # same offsets, no code
+    for match in _LINK.finditer(unfenced):
+        target = match.group(1)
         if re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*:", target) or target.startswith(("#", "/", "~")):
             continue
         path = unquote(target.split("#", 1)[0].split("?", 1)[0])
         if path:
-            found.append(path)
-    found.extend(_BARE.findall(markdown))
+            found.append((match.start(), path))
+    found.extend((m.start(), m.group(1)) for m in _BARE.finditer(markdown))
     out: list[str] = []
-    for path in found:
+    for _, path in sorted(found):
         normal = posixpath.normpath(path)
         if normal not in out and normal != ".":
             out.append(normal)
