@@ -26,11 +26,13 @@ def skill() -> None:
     """
 
 
-def _checked(path: str) -> tuple[LoadedSkill, SkillReport]:
+def _checked(path: str, plain_ok: bool = True) -> tuple[LoadedSkill, SkillReport]:
+    """The skill at `path` and its report; a lone markdown file without a front matter is a valid
+    (one-file) skill only when `plain_ok`."""
     from skillstate.skilltree import load_skill, validate_skill
 
     loaded = load_skill(path)
-    return loaded, validate_skill(loaded.tree, loaded.dir_name, allow_plain=loaded.source == "markdown")
+    return loaded, validate_skill(loaded.tree, loaded.dir_name, allow_plain=plain_ok and loaded.source == "markdown")
 
 
 def _line(loaded: LoadedSkill, finding: Any) -> str:
@@ -40,9 +42,9 @@ def _line(loaded: LoadedSkill, finding: Any) -> str:
     return f"{loaded.path}: {finding}"
 
 
-def _valid(path: str) -> tuple[LoadedSkill, SkillReport]:
+def _valid(path: str, plain_ok: bool = True) -> tuple[LoadedSkill, SkillReport]:
     """The skill at `path`, its warnings printed; CLIError (exit 2) with its first error when invalid."""
-    loaded, report = _checked(path)
+    loaded, report = _checked(path, plain_ok)
     if not report.ok:
         more = len(report.errors) - 1
         raise CLIError(_line(loaded, report.errors[0]) + (f" (and {more} more; see skillstate skill check --json)"
@@ -129,10 +131,8 @@ def pack(source: str, out: str, force: bool) -> None:
     from skillstate.skilltree import write_archive
     from skillstate.skilltree.limits import size_text
 
-    loaded, report = _valid(source)
-    if report.name is None:
-        raise CLIError(f"{source}: a plain markdown skill has no name to pack it under: add a front matter "
-                       "with name and description")
+    loaded, report = _valid(source, plain_ok=False)
+    assert report.name is not None  # a valid Agent Skill has one
     written = write_archive(loaded.tree, out, report.name, replace=force)
     click.echo(f"wrote {written}: {report.name}/ with {report.files} files, {size_text(written.stat().st_size)}")
 
@@ -155,8 +155,7 @@ def unpack(archive: str, directory: str, force: bool) -> None:
 
     from skillstate.skilltree import write_directory
 
-    loaded, report = _valid(archive)
-    if report.name is None:
-        raise CLIError(f"{archive}: a plain markdown skill has no name to unpack it under")
+    loaded, report = _valid(archive, plain_ok=False)
+    assert report.name is not None  # a valid Agent Skill has one
     written = write_directory(loaded.tree, Path(directory).expanduser() / report.name, replace=force)
     click.echo(f"wrote {written} ({report.files} files)")
