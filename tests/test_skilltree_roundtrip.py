@@ -166,7 +166,8 @@ def test_archives_are_deterministic_and_install_under_their_name(tmp_path):
 def test_an_archive_with_skill_md_at_its_top_has_no_directory_name():
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("SKILL.md", "x")
+        archive.writestr("./", "")
+        archive.writestr("./SKILL.md", "x")
         archive.writestr("__MACOSX/._SKILL.md", "junk")
         archive.writestr("references/a.md", "y")
     tree, top = archive_tree(buffer.getvalue())

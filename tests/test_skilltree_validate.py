@@ -175,3 +175,13 @@ def test_add_front_matter_turns_a_markdown_skill_into_an_agent_skill():
     assert text.endswith("---\n# QA\n\nOne word.\n")
     with pytest.raises(UserError, match="already has a front matter"):
         add_front_matter(text, {"name": "qa"})
+
+
+@given(st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=300))
+def test_set_field_round_trips_any_description(description):
+    new = set_field(FRONT, "description", description)
+    parsed = parse_front_matter(new)
+    before = parse_front_matter(FRONT)
+    assert parsed is not None and before is not None
+    assert dict(parsed.fields) == {**before.fields, "description": description}
+    assert parsed.body == before.body and new.startswith("---\r\n# kept comment\r\nname: pdf-processing\r\n")

@@ -63,8 +63,12 @@ def _entries(archive: zipfile.ZipFile, label: str, limits: Limits) -> dict[str, 
     total = 0
     for info in infos:
         name = info.orig_filename  # as stored: zipfile turns '\\' into '/' on Windows only
+        while name.startswith("./"):
+            name = name[2:]  # some tools write ./NAME/SKILL.md: the same place, and harmless
         if info.is_dir() and name.endswith("/"):
             name = name[:-1]
+        if info.is_dir() and name in ("", "."):
+            continue
         if is_ignored(name):
             continue  # never written anywhere, so never a danger: __MACOSX/, .DS_Store, .git/
         problem = path_problem(name)
