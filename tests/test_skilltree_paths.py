@@ -142,3 +142,15 @@ def test_case_collisions_and_file_dir_clashes_are_refused():
         SkillTree({"Notes.md": SkillFile(b"a"), "notes.md": SkillFile(b"b")})
     with pytest.raises(UserError, match="both as a file and as a directory"):
         SkillTree({"refs": SkillFile(b"a"), "refs/x.md": SkillFile(b"b")})
+
+
+def test_a_linked_skill_directory_is_named_as_the_link(tmp_path):
+    from skillstate.skilltree import load_skill
+
+    source = tmp_path / "src" / "checkout"
+    source.mkdir(parents=True)
+    (source / "SKILL.md").write_text("---\nname: my-skill\ndescription: d\n---\n")
+    (tmp_path / "skills").mkdir()
+    os.symlink(source, tmp_path / "skills" / "my-skill")
+    loaded = load_skill(tmp_path / "skills" / "my-skill")
+    assert loaded.dir_name == "my-skill" and list(loaded.tree) == ["SKILL.md"]

@@ -221,3 +221,10 @@ def test_tree_values_are_immutable_and_edits_make_new_trees():
     assert len({tree, known_tree()}) == 1
     rnd = random.Random(0)
     assert SkillTree(sorted(tree.items(), key=lambda _: rnd.random())) == tree
+
+
+def test_a_tampered_tree_blob_with_a_hostile_path_is_corrupt():
+    encoded = encode_tree(known_tree())
+    evil = encoded.root.replace('"references/a.md"', '"../a.md"')
+    with pytest.raises(CorruptLogError, match="holds what no tree may"):
+        decode_tree(evil, encoded.blobs)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from skillstate.errors import CorruptLogError
+from skillstate.errors import CorruptLogError, UserError
 from skillstate.skilltree.onefile import as_markdown, from_markdown
 from skillstate.skilltree.tree import SkillFile, SkillTree
 from skillstate.util import canonical_json, sha256_text
@@ -113,7 +113,10 @@ def decode_tree(root: str, blobs: BlobSource) -> SkillTree:
         if file.sha256 != entry["sha256"] or file.size != entry["size"] or file.kind != entry["kind"]:
             raise CorruptLogError(f"the skill tree's file {path!r} does not match its blob {entry['blob'][:12]}")
         files[path] = file
-    return SkillTree(files)
+    try:
+        return SkillTree(files)
+    except UserError as err:  # a stored tree was checked when it was made: this one was altered since
+        raise CorruptLogError(f"a skill tree blob holds what no tree may: {err}") from None
 
 
 def _manifest_entries(root: str) -> dict[str, dict[str, Any]]:

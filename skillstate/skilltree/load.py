@@ -66,4 +66,5 @@ def read_markdown(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS)
 
 
 def _dir_name(directory: Path) -> str:
-    return directory.resolve().name
+    """The name an agent sees: that of the path given (a link's own name, not its target's)."""
+    return Path(os.path.abspath(directory)).name
