@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from skillstate.errors import UserError
@@ -178,6 +178,8 @@ def test_add_front_matter_turns_a_markdown_skill_into_an_agent_skill():
 
 
 @given(st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=300))
+@example("\x85")  # NEL: YAML reads it as a line break unless escaped
+@example("a\u2028b\r\nc")
 def test_set_field_round_trips_any_description(description):
     new = set_field(FRONT, "description", description)
     parsed = parse_front_matter(new)
@@ -185,3 +187,11 @@ def test_set_field_round_trips_any_description(description):
     assert parsed is not None and before is not None
     assert dict(parsed.fields) == {**before.fields, "description": description}
     assert parsed.body == before.body and new.startswith("---\r\n# kept comment\r\nname: pdf-processing\r\n")
+
+
+def test_set_field_splits_lines_at_newlines_only():
+    text = "---\nname: x\ndescription: \"a\u2028b\"\nlicense: MIT\n---\nbody\u2028more\n"
+    new = set_field(text, "license", "Apache-2.0")
+    assert new == text.replace("MIT", "Apache-2.0")
+    report = validate_skill(tree_of(new), "x")
+    assert report.ok and report.body_lines == 1 and report.description == "a\u2028b"

@@ -97,8 +97,13 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
 
 
 def _dump(key: str, value: Any) -> str:
-    return yaml.safe_dump({key: value}, sort_keys=False, allow_unicode=True, width=2**31 - 1,
-                          default_flow_style=False)
+    """`key: value` as YAML lines; characters YAML reads as line breaks (NEL) are escaped."""
+    for readable in (True, False):
+        dumped = yaml.safe_dump({key: value}, sort_keys=False, allow_unicode=readable, width=2**31 - 1,
+                                default_flow_style=False)
+        if yaml.safe_load(dumped) == {key: value}:
+            break
+    return dumped
 
 
 def set_field(text: str, key: str, value: Any) -> str:
@@ -112,7 +117,7 @@ def set_field(text: str, key: str, value: Any) -> str:
     yaml_text, _body, _line = split
     old = parse_front_matter(text)
     newline = "\r\n" if "\r\n" in yaml_text else "\n"
-    lines = yaml_text.splitlines(keepends=True)
+    lines = re.findall(r"[^\n]*\n|[^\n]+$", yaml_text)  # "\n" only: YAML text may hold U+2028 and the like
     start = next((i for i, line in enumerate(lines) if re.match(rf"{re.escape(key)}[ \t]*:", line)), None)
     dumped = _dump(key, value).replace("\n", newline)
     if start is None:

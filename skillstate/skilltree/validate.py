@@ -202,4 +202,5 @@ def _check_body(tree: SkillTree, front: FrontMatter, md_path: str, warnings: lis
 
 
 def _lines(text: str) -> int:
-    return len(text.splitlines())
+    """Lines as an editor counts them: "\n" ends a line (U+2028 and the like do not)."""
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
