@@ -10,7 +10,7 @@ from skillstate.cli.app import CLIError, cli, echo_json
 from skillstate.errors import UserError
 
 if TYPE_CHECKING:
-    from skillstate.skilltree import LoadedSkill, SkillReport
+    from skillstate.skilltree import Finding, LoadedSkill, SkillReport
 
 
 @cli.group("skill")
@@ -35,7 +35,7 @@ def _checked(path: str, plain_ok: bool = True) -> tuple[LoadedSkill, SkillReport
     return loaded, validate_skill(loaded.tree, loaded.dir_name, allow_plain=plain_ok and loaded.source == "markdown")
 
 
-def _line(loaded: LoadedSkill, finding: Any) -> str:
+def _line(loaded: LoadedSkill, finding: Finding) -> str:
     """A finding as one line, naming the file the user gave (a lone markdown file stands in for SKILL.md)."""
     if loaded.source == "markdown":
         return f"{loaded.path}: {finding.message}"
