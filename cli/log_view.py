@@ -34,6 +34,7 @@ from skillstate.log.events import (
     StopConditionMet,
     TestEvaluated,
 )
+from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.selection_events import FinalSelected, SelectionScored
@@ -92,6 +93,8 @@ def event_summary(ev: Event) -> str:
         return f"{ev.decision}: {ev.reason}"
     if isinstance(ev, EditsAblated):
         return ev.reason
+    if isinstance(ev, ParentChosen):
+        return f"parent scored {fmt(ev.score)}: {ev.reason}"
     if isinstance(ev, LearningRateChosen):
         return f"apply {ev.chosen} of {ev.candidates} ({ev.status}{', asked ' + ev.requested if ev.requested else ''})"
     if isinstance(ev, EpochCompared):

@@ -89,7 +89,10 @@ class ProgressPrinter:
             asked = f", asked {ev.requested}" if ev.requested is not None else f", reply {ev.status}"
             return f"    lr         apply {ev.chosen} of {ev.candidates} edits{asked}"
         if isinstance(ev, EditsSelected):
-            dropped = f", {len(ev.dropped)} would change nothing" if ev.dropped else ""
+            again = sum(1 for d in ev.dropped if d.reason == "rejected_before")
+            noop = len(ev.dropped) - again
+            dropped = (f", {noop} would change nothing" if noop else "") + \
+                (f", {again} rejected before" if again else "")
             return f"    select     {len(ev.edits)} of {ev.candidates} edits ({ev.method}{dropped})"
         if isinstance(ev, (SkillsDistilled, BankValidated, BankEvolved, BankSeeded)):
             return f"    {_BANK_STAGE[ev.type]:<11}{event_summary(ev)}"
@@ -106,8 +109,8 @@ class ProgressPrinter:
             return f"    evaluate   {ev.split}: gate {fmt(ev.scores.gate)}{cached}"
         if isinstance(ev, GateDecided):
             return f"    gate       {ev.decision}: {ev.reason}"
-        if isinstance(ev, EditsAblated):
-            return f"    repair     {event_summary(ev)}"
+        if isinstance(ev, EditsAblated):  # a step with nothing to repair (no call made) prints nothing
+            return f"    repair     {event_summary(ev)}" if ev.ablations else None
         if isinstance(ev, TestEvaluated):
             where = f"test           {ev.label}" if ev.label != "eval" else f"eval           {ev.split}"
             return f"{where}: hard {fmt(ev.scores.hard)}  soft {fmt(ev.scores.soft)}"
@@ -337,6 +340,7 @@ def why_text(info: dict[str, Any]) -> str:
     for c in info["changes"]:
         when = (f"step {c['step']} (epoch {c['epoch']})" if c["by"] == "step"
                 else f"prune after step {c['step']} (epoch {c['epoch']})" if c["by"] == "prune"
+                else f"step {c['step']} (epoch {c['epoch']}) built on another accepted skill" if c["by"] == "parent"
                 else f"slow update at the end of epoch {c['epoch']}")
         lines.append(f"  {when}: {c['change']} by {c['decision']} ({c['reason']})")
         for d in c.get("deleted", []):

@@ -18,6 +18,12 @@ def step_text(d: dict[str, Any], width: int | None = None) -> str:
 
     lines = wrapped(f"run {clip(d['run_id'], max(width - 5, 8))} step {d['step']} (epoch {d.get('epoch')}, "
                     f"budget {d.get('edit_budget')}, {len(d.get('batch', []))} items)", width)
+    if "parent" in d:  # parent_selection pareto
+        par = d["parent"]
+        lines.extend(wrapped(f"parent: {par['skill'][:12]} (val {fmt(par['score'])}), "
+                             f"{'switched' if par['switched'] else 'the current skill'}: {par['reason']}", width))
+        for m in par["front"]:
+            lines.append(item(f"front {m['skill'][:12]} (val {fmt(m['score'])})", "leads " + ", ".join(m["types"])))
     if "rollout" in d:
         r = d["rollout"]
         lines.append(f"rollout: {r['solved']}/{r['items']} solved")

@@ -61,18 +61,23 @@ class SkillConfig(Section):
     final_selection: FinalSelectionConfig = Field(default_factory=FinalSelectionConfig)
 
     # training schedule
-    num_epochs: int = Field(4, ge=1, le=100_000)
-    batch_size: int = Field(40, ge=1)
-    minibatch_size: int = Field(8, ge=1)
-    merge_batch_size: int = Field(8, ge=2)
+    num_epochs: int = Field(
+        4, ge=1, le=100_000, description="Epochs; steps per epoch = ceil(train / (batch_size * accumulation)).")
+    batch_size: int = Field(40, ge=1, description="Train items rolled out per step.")
+    minibatch_size: int = Field(8, ge=1, description="Trajectories per analyst call.")
+    merge_batch_size: int = Field(8, ge=2, description="Patches per merge call in the merge tree.")
 
     # edit budget (textual learning rate)
     edit_budget: int = Field(4, ge=1, description="Maximum edits kept per step.")
     min_edit_budget: int = Field(2, ge=1, description="The scheduler never goes below this.")
-    lr_scheduler: Scheduler = Field("cosine")
+    lr_scheduler: Scheduler = Field(
+        "cosine", description="The edit budget's schedule, from edit_budget down to min_edit_budget: constant, linear "
+                              "or cosine.")
 
     # gate
-    gate_metric: GateMetric = Field("hard")
+    gate_metric: GateMetric = Field(
+        "hard", description="What the gate compares: hard, soft (token F1) or mixed ((1 - w) * hard + w * soft, w = "
+                            "gate_mixed_weight).")
     gate_mixed_weight: float = Field(0.5, ge=0.0, le=1.0, description="w in (1-w)*hard + w*soft for gate_metric mixed.")
     gate_rule: Literal["strict", "paired"] = Field(
         "strict", description="strict: accept a candidate scoring strictly above the current skill; paired: also "
@@ -92,13 +97,21 @@ class SkillConfig(Section):
                            "the prune prompt names) at each epoch end or after each step, decided by the gate.")
     prune_max_lines: int = Field(6, ge=1, description="prune: the most lines one proposal deletes.")
     repair: Literal["off", "ablate"] = Field(
-        "off", description="ablate: when a candidate loses some task types while lifting others, remove its kept "
+        "ablate", description="ablate: when a candidate loses some task types while lifting others, remove its kept "
                            "edits one at a time on the lost types' items, drop those whose removal recovers them, "
                            "and gate the candidate without them (update_mode patch).")
     repair_max_edits: int = Field(3, ge=1, description="repair ablate: at most this many edits ablated per step.")
+    repair_full_evaluation: bool = Field(
+        True, description="repair ablate: score a candidate the repair may examine on every val item (no early "
+                          "reject), so the repair and the gate decide as a full evaluation would; false: early "
+                          "reject applies (fewer calls, and the repair pairs only the items scored).")
     repair_type_loss: float = Field(
         0.3, ge=0.0, le=1.0, description="repair ablate: a task type is repaired when the candidate's mean gate "
                                          "score on it is below the current skill's by more than this.")
+    parent_selection: Literal["current", "pareto"] = Field(
+        "current", description="current: each step builds on the current skill; pareto: on a skill drawn from the "
+                               "front of those accepted so far (and the initial one), each leading some task type on "
+                               "val, weighted by how many it leads (not in mode bank).")
 
     # the rest
     use_gate: bool = Field(
@@ -106,6 +119,10 @@ class SkillConfig(Section):
     drop_noop_edits: bool = Field(
         True, description="Before selection, drop merged edits that would change nothing (a line the skill already "
                           "holds, an absent target, a duplicate), so the budget goes to edits that do.")
+    drop_rejected_edits: int = Field(
+        2, ge=0, description="With drop_noop_edits, also drop before selection a merged edit that was in this many "
+                             "rejected candidates of the run (an edit the repair dropped as harmful counts as one); "
+                             "0: never.")
     early_reject: bool = Field(
         True, description="Stop scoring a candidate once it cannot beat the current score even if every item left "
                           "succeeded (the decision is the same as a full evaluation's; the items the current skill "
@@ -174,10 +191,11 @@ class SkillConfig(Section):
                                           "output tokens].")
 
     failure_only: bool = Field(False, description="Ignore successes in Reflect.")
-    seed: int = 42
-    train_split: str = "train"
+    seed: int = Field(42, description="Seeds every shuffle.")
+    train_split: str = Field("train", description="The split the batches are drawn from.")
     val_split: str = Field("val", description="The selection split the gate scores on.")
-    test_split: str = "test"
+    test_split: str = Field("test", description="The split the initial and best skill are scored on at the end "
+                                                "(eval_test).")
     eval_test: bool = Field(True, description="Score the initial and best skill on the test split at the end.")
     concurrency: int = Field(8, ge=1, description="LLM calls in flight at once.")
     executor: Literal["threads", "ray"] = Field(
@@ -216,7 +234,7 @@ class SkillConfig(Section):
                                  f"{list(price)}")
         return prices
 
-    @field_validator("prune", mode="before")
+    @field_validator("prune", "repair", mode="before")
     @classmethod
     def _off(cls, value: Any) -> Any:
         return "off" if value is False else value  # `--set prune=off` reads as YAML's false
@@ -245,7 +263,8 @@ class SkillConfig(Section):
                                          ("accumulation", self.accumulation != 1),
                                          ("lr_control", self.lr_control != "fixed"),
                                          ("update_mode", self.update_mode != "patch"),
-                                         ("prune", self.prune != "off")) if on]
+                                         ("prune", self.prune != "off"),
+                                         ("parent_selection", self.parent_selection != "current")) if on]
             if clash:
                 raise ValueError(f"mode bank grows a bank of skills, not one document: {clash[0]} does not apply "
                                  "to it (leave it at its default)")

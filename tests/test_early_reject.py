@@ -77,7 +77,8 @@ def test_decisions_are_identical_with_early_reject_on_and_off(tmp_path, seed):
     # The step buffer shows a rejected step's score after; an early reject knows only its bound, so with the
     # buffer on, later prompts (and so later proposals) differ. With it off, the runs must be the same.
     def run(on: bool):
-        cfg = small_config(seed=seed, early_reject=on, use_step_buffer=False)
+        # repair off: a candidate the repair may examine is scored in full (the test below covers it)
+        cfg = small_config(seed=seed, early_reject=on, use_step_buffer=False, repair="off")
         return Trainer(cfg, db=f"sqlite:///{tmp_path / f'{seed}-{on}.db'}", run_id="r").train()
 
     on, off = run(True), run(False)
@@ -128,3 +129,26 @@ def test_a_gated_slow_update_is_rejected_early_with_the_decision_a_full_evaluati
         report = verify(runs[True].store, "r")
         assert report.ok and report.checked == report.total
     assert found, "no slow update was rejected early"
+
+
+@pytest.mark.parametrize("seed", [12, 3])
+def test_with_the_repair_on_a_noisy_target_early_reject_changes_no_decision(tmp_path, seed):
+    # The repair pairs the candidate's per-item outcomes with the current skill's: it must see the same items
+    # whether early reject is on or off (repair_full_evaluation, the default, scores such a candidate fully).
+    # Seed 12 gave other decisions before that.
+    def run(on: bool):
+        cfg = small_config(seed=seed, early_reject=on, use_step_buffer=False, sim={"noise": "moderate"})
+        assert cfg.repair == "ablate" and cfg.repair_full_evaluation
+        return Trainer(cfg, db=f"sqlite:///{tmp_path / f'{seed}-{on}.db'}", run_id="r").train()
+
+    on, off = run(True), run(False)
+    decisions = lambda r: [(s.event.step, s.event.decision, s.event.reason)  # noqa: E731
+                           for s in lineage_events(r.store, "r") if s.type == "GateDecided"]
+    assert decisions(on) == decisions(off)
+    events = [s.event for s in lineage_events(on.store, "r")]
+    assert any(e.type == "EditsAblated" and e.ablations for e in events), "the repair never ran"
+    repaired_steps = {e.step for e in events if e.type == "EditsAblated"}
+    for e in events:  # a candidate the repair examined was scored in full
+        if e.type == "CandidateEvaluated" and e.step in repaired_steps and e.partial is not None:
+            ablated = next(x for x in events if x.type == "EditsAblated" and x.step == e.step)
+            assert e.skill != ablated.candidate_skill  # only the repaired candidate may stop early

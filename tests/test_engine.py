@@ -97,8 +97,9 @@ def _analyst_then(merge_reply: str, rank_reply: str):
 
 
 def test_merge_and_rank_failures_fall_back(tmp_path):
-    result = Trainer(small_config(num_epochs=1, minibatch_size=4, merge_batch_size=2), run_id="r",
-                     db=f"sqlite:///{tmp_path / 'f.db'}",
+    # drop_rejected_edits 0: the screen would leave fewer edits than the budget after a rejection
+    cfg = small_config(num_epochs=1, minibatch_size=4, merge_batch_size=2, drop_rejected_edits=0)
+    result = Trainer(cfg, run_id="r", db=f"sqlite:///{tmp_path / 'f.db'}",
                      backend_factory=scripted_factory(optimizer=_analyst_then("not json", "no idea"))).train()
     events = [s.event for s in lineage_events(result.store, "r")]
     merged = [e for e in events if e.type == "PatchesMerged"]
@@ -140,7 +141,9 @@ def test_identical_candidate_is_served_from_the_score_cache(tmp_path):
     # every step proposes the same harmful rule: the first candidate is scored, the later ones are the same skill
     harm = json.dumps({"reasoning": "", "failure_summary": [],
                        "edits": [{"op": "append", "target": "", "content": "- Answer without checking your work."}]})
-    result = Trainer(small_config(num_epochs=1, early_reject=False), db=f"sqlite:///{tmp_path / 'c.db'}",
+    # drop_rejected_edits 0: the screen would leave the edit out after two rejections (the step is skipped)
+    result = Trainer(small_config(num_epochs=1, early_reject=False, drop_rejected_edits=0),
+                     db=f"sqlite:///{tmp_path / 'c.db'}",
                      run_id="r", backend_factory=scripted_factory(optimizer=lambda p: harm)).train()
     events = [s.event for s in lineage_events(result.store, "r")]
     evaluated = [e for e in events if e.type == "CandidateEvaluated"]

@@ -220,7 +220,7 @@ def test_fork_accepts_a_budget(trained, tmp_path):
 def test_run_started_v1_is_upcast_without_the_step_buffer(trained):
     db, _, _ = trained
     kind, v3 = _events(db, "t")[0]
-    assert kind == "RunStarted" and RunStarted.version == 5 and v3["config"]["use_step_buffer"] is True
+    assert kind == "RunStarted" and RunStarted.version == 6 and v3["config"]["use_step_buffer"] is True
     v1 = json.loads(json.dumps(v3))
     del v1["config"]["use_step_buffer"]
     up = decode("RunStarted", 1, v1)
@@ -271,3 +271,19 @@ def test_optimizer_prompt_files_ask_for_json_only():
     for f in files:
         if f.name[:-3] not in ("qa_user", "episode_user", "optimizer_system"):
             assert "Reply with JSON only" in f.read_text(encoding="utf-8"), f.name
+
+
+def test_run_started_v5_and_forked_v4_are_upcast_with_repair_and_the_rejected_screen_off(trained):
+    """Since RunStarted v6 (RunForked v5) `repair: ablate` and `drop_rejected_edits: 2` are the defaults:
+    an older config without the keys ran with both off, and reads so; one with them keeps its values."""
+    db, _, _ = trained
+    _, v6 = _events(db, "t")[0]
+    assert v6["config"]["repair"] == "ablate" and v6["config"]["drop_rejected_edits"] == 2
+    v5 = json.loads(json.dumps(v6))
+    del v5["config"]["repair"], v5["config"]["drop_rejected_edits"]
+    up = decode("RunStarted", 5, v5)
+    assert up.config["repair"] == "off" and up.config["drop_rejected_edits"] == 0
+    assert decode("RunStarted", 5, v6).config["repair"] == "ablate"  # an explicit value is kept
+    forked = {"parent_run_id": "t", "fork_step": 1, "parent_event_count": 1, "parent_event_hash": "x",
+              "overrides": {}, "config": v5["config"], "prompts": {}, "steps_per_epoch": 1, "total_steps": 1}
+    assert decode("RunForked", 4, forked).config["drop_rejected_edits"] == 0

@@ -85,8 +85,9 @@ def test_a_paired_run_completes_replays_verifies_and_forks_with_the_rule_changed
 def test_early_reject_gives_the_same_decisions_under_the_paired_rule(tmp_path):
     # with the step buffer off, the prompts do not see the early reject's bound: the runs must match
     def run(on: bool):
+        # repair off: the candidates it may examine are scored in full (test_early_reject covers that case)
         cfg = small_config(early_reject=on, use_step_buffer=False, gate_rule="paired", gate_type_margin=0.0,
-                           gate_metric="mixed")
+                           gate_metric="mixed", repair="off")
         return Trainer(cfg, db=f"sqlite:///{tmp_path / f'{on}.db'}", run_id="r").train()
 
     on, off = run(True), run(False)

@@ -27,7 +27,7 @@ from skillstate.storage.store import Store
 
 DRIVER = Path(__file__).parent / "sweep_driver.py"
 NOISY = ["--set", "sim.noise=moderate"]
-REPAIR = [*NOISY, "--set", "repair=ablate"]
+REPAIR = [*NOISY, "--set", "repair=ablate", "--set", "drop_rejected_edits=0"]  # the paths these tests read
 TIMEOUT = 120.0
 
 
@@ -47,7 +47,7 @@ def repaired(tmp_path_factory):
     path = tmp_path_factory.mktemp("repair")
     db = f"sqlite:///{path / 'r.db'}"
     call("run", "--run-id", "r", "--epochs", "2", "-q", *REPAIR, "--db", db)
-    call("run", "--run-id", "plain", "--epochs", "2", "-q", *NOISY, "--db", db)
+    call("run", "--run-id", "plain", "--epochs", "2", "-q", *NOISY, "--set", "repair=off", "--db", db)
     return db
 
 
@@ -56,7 +56,7 @@ def test_a_noisy_run_with_repair_completes_with_the_events_and_verifies(repaired
     log = log_of(db, "r")
     assert log[-1]["type"] == "RunCompleted"
     ablated = [e["payload"] for e in log if e["type"] == "EditsAblated"]
-    assert ablated and not [e for e in log_of(db, "plain") if e["type"] == "EditsAblated"]  # off by default
+    assert ablated and not [e for e in log_of(db, "plain") if e["type"] == "EditsAblated"]  # turned off
     done = [a for a in ablated if a["ablations"]]
     assert done, "no step was repaired"
     for a in done:
@@ -148,7 +148,7 @@ def _events(db: str, run_id: str) -> list[tuple[str, str]]:
 
 
 def test_kill9_in_the_middle_of_a_repair_then_resume_gives_the_same_events(tmp_path):
-    args = ["--epochs", "1", "-q", *REPAIR]
+    args = ["--epochs", "2", "-q", *REPAIR]
     clean_db = f"sqlite:///{tmp_path / 'clean.db'}"
     call("run", "--run-id", "k", *args, "--db", clean_db)
     clean = _events(clean_db, "k")

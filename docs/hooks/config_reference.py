@@ -27,19 +27,7 @@ PAGE = "reference/config.md"
 
 # Descriptions of the fields that have no `description=` in skillstate yet (taken from the README's
 # former hand-written config table). Move each into its Field and delete it here.
-MISSING_DESCRIPTIONS = {
-    "num_epochs": "Epochs; steps per epoch = ceil(train / (batch_size * accumulation)).",
-    "batch_size": "Train items rolled out per step.",
-    "minibatch_size": "Trajectories per analyst call.",
-    "merge_batch_size": "Patches per merge call in the merge tree.",
-    "lr_scheduler": "The edit budget's schedule, from edit_budget down to min_edit_budget: constant, linear or "
-                    "cosine.",
-    "gate_metric": "What the gate compares: hard, soft (token F1) or mixed ((1 - w) * hard + w * soft, w = "
-                   "gate_mixed_weight).",
-    "seed": "Seeds every shuffle.",
-    "train_split": "The split the batches are drawn from.",
-    "test_split": "The split the initial and best skill are scored on at the end (eval_test).",
-}
+MISSING_DESCRIPTIONS: dict[str, str] = {}
 
 # The guide that explains a key (or a section), linked from its row. Paths are relative to PAGE.
 GUIDES = {
@@ -64,6 +52,9 @@ GUIDES = {
     "repair": "../noisy-targets.md#repairing-a-candidate-edits-that-did-harm",
     "repair_max_edits": "../noisy-targets.md#repairing-a-candidate-edits-that-did-harm",
     "repair_type_loss": "../noisy-targets.md#repairing-a-candidate-edits-that-did-harm",
+    "repair_full_evaluation": "../noisy-targets.md#repairing-a-candidate-edits-that-did-harm",
+    "parent_selection": "../noisy-targets.md#drawing-each-steps-parent-from-a-front",
+    "drop_rejected_edits": "../noisy-targets.md#leaving-out-edits-that-failed-before",
     "use_gate": "../skillopt.md",
     "drop_noop_edits": "../fewer-calls.md",
     "early_reject": "../fewer-calls.md",

@@ -55,15 +55,16 @@ def fetch(ctx: RunContext, state: RunState, stage: str) -> None:
 
 
 def next_step_due(ctx: RunContext, state: RunState) -> bool:
-    """A step's rollout is in, another step follows, and no slow update or
-    prune can change the current skill in between."""
+    """A step's rollout is in, another step follows, and no slow update,
+    prune or parent draw can change the current skill in between."""
     p = state.progress
     if p is None or p.rollout is None or state.current_skill is None or p.step >= state.total_steps:
         return False
     spe = state.steps_per_epoch
     epoch_end = bool(spe) and p.step % spe == 0
     prune = ctx.config.prune == "step" or (ctx.config.prune == "epoch" and epoch_end)
-    return not (prune or (ctx.config.use_slow_update and epoch_end and p.step // spe >= 2))
+    drawn = ctx.config.parent_selection == "pareto"  # the next step's parent is drawn after the gate
+    return not (prune or drawn or (ctx.config.use_slow_update and epoch_end and p.step // spe >= 2))
 
 
 def rollout_ahead(ctx: RunContext, skill: str, item: dict[str, Any]) -> None:

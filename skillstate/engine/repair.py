@@ -27,9 +27,8 @@ from skillstate.skillopt.gate_robust import item_value
 def due(cfg: SkillConfig, p: StepProgress) -> bool:
     """The repair stage comes next: on, a patch step whose changed candidate
     is evaluated, with at least two selected edits, not yet repaired."""
-    return (cfg.repair == "ablate" and cfg.mode != "bank" and cfg.update_mode == "patch" and p.repair is None
-            and p.evaluation is not None and p.candidate is not None and p.candidate.changed
-            and p.selected is not None and len(p.selected.edits) >= 2)
+    return (rules.may_examine(cfg, p) and p.evaluation is not None and p.candidate is not None
+            and p.candidate.changed)
 
 
 def _results(ctx: RunContext, blob: str) -> dict[str, ItemResult]:

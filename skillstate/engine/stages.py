@@ -30,8 +30,11 @@ from skillstate.log.events import (
     Usage,
     usage_of,
 )
+from skillstate.log.events_pareto import FrontMember, ParentChosen
 from skillstate.log.reducer import RunState, cache_key, need, step_progress
 from skillstate.skillopt import gate as gate_rules
+from skillstate.skillopt import pareto
+from skillstate.skillopt import repair as repair_rules
 from skillstate.skillopt.repair import gate_note as repair_note
 from skillstate.skillopt.scheduler import edit_budget, epoch_batches, position
 from skillstate.util import canonical_json
@@ -136,8 +139,46 @@ def start_step(ctx: RunContext, state: RunState) -> list[Event]:
     k = cfg.accumulation
     batches = step_batches(ctx, state, step)
     budget = edit_budget(step, state.total_steps, cfg.edit_budget, cfg.min_edit_budget, cfg.lr_scheduler)
-    return [StepStarted(step=step, epoch=epoch, batch_item_ids=[i for b in batches for i in b], edit_budget=budget,
-                        sub_batches=batches if k > 1 else [])]
+    started = StepStarted(step=step, epoch=epoch, batch_item_ids=[i for b in batches for i in b],
+                          edit_budget=budget, sub_batches=batches if k > 1 else [])
+    if cfg.parent_selection == "pareto":
+        return [started, *choose_parent(ctx, state, step)]
+    return [started]
+
+
+def parent_pool(state: RunState, split: str) -> list[tuple[str, Scores]]:
+    """The skills a parent is drawn from: the one the steps started from and
+    every skill current after a step (in that order, each once), those with
+    a full score on `split` in the log."""
+    skills = [state.start_skill, *(rec.current_skill for rec in state.history), state.current_skill]
+    out: dict[str, Scores] = {}
+    for skill in skills:
+        scores = state.score_cache.get(cache_key(split, skill or ""))
+        if skill and scores is not None and skill not in out:
+            out[skill] = scores
+    return list(out.items())
+
+
+def choose_parent(ctx: RunContext, state: RunState, step: int) -> list[Event]:
+    """parent_selection pareto: the step's parent, drawn from the front of
+    the pool (none with fewer than two skills in it: the current one it is)."""
+    cfg = ctx.config
+    pool = parent_pool(state, cfg.val_split)
+    current = need(state.current_skill, "the current skill")
+    if len(pool) < 2:
+        return []
+    by_type = [(skill, {t: gate_rules.gate_score(s.hard, s.soft, cfg.gate_metric, cfg.gate_mixed_weight)
+                        for t, s in scores.by_task_type.items()}) for skill, scores in pool]
+    members = pareto.front(by_type)
+    chosen = pareto.draw(members, cfg.seed, step)
+    overall = {skill: gate_rules.gate_of(scores, cfg.gate_metric, cfg.gate_mixed_weight, cfg.semantic_density_weight)
+               for skill, scores in pool}
+    score = overall[chosen]
+    front = [FrontMember(skill=skill, score=overall[skill], types=types) for skill, types in members.items()]
+    kept = "kept the current skill" if chosen == current else "switched from the current skill"
+    return [ParentChosen(step=step, skill=chosen, score=score, previous_skill=current, front=front, pool=len(pool),
+                         reason=f"drew 1 of {len(front)} on the front of {len(pool)} skills ({kept}); it leads "
+                                f"{', '.join(members[chosen])}")]
 
 
 def rollout(ctx: RunContext, state: RunState) -> list[Event]:
@@ -153,7 +194,8 @@ def evaluate_candidate(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
     cfg = ctx.config
     split, skill = cfg.val_split, need(p.candidate, "CandidateBuilt").skill
-    if cfg.early_reject and cfg.use_gate and state.score_cache.get(cache_key(split, skill)) is None:
+    full = cfg.repair_full_evaluation and repair_rules.may_examine(cfg, p)  # the repair pairs every item
+    if cfg.early_reject and cfg.use_gate and not full and state.score_cache.get(cache_key(split, skill)) is None:
         current = need(state.current_score, "the current score")
         scores, blob, usage, partial = evaluate_early(ctx, state, skill, split, current)
         return [CandidateEvaluated(step=p.step, split=split, skill=skill, scores=scores, cached=False, results=blob,
@@ -306,8 +348,10 @@ def skip_reason(state: RunState, update_mode: str) -> str | None:
         dropped = p.selected.dropped
         if dropped and len(dropped) == p.selected.candidates:
             reasons = Counter(d.reason for d in dropped)
-            return ("every proposed edit would change nothing (" +
-                    ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(reasons.items())) + ")")
+            listed = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(reasons.items()))
+            if "rejected_before" in reasons:  # drop_rejected_edits (older logs never have it: their text stays)
+                return f"every proposed edit was left out before selection ({listed})"
+            return f"every proposed edit would change nothing ({listed})"
         return "the autonomous learning rate chose 0 edits"
     return None
 

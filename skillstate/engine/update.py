@@ -59,7 +59,8 @@ def select(ctx: RunContext, state: RunState) -> list[Event]:
     edits = need(p.merged, "PatchesMerged").edits
     base = ctx.blob(p.base_skill)
     if ctx.config.drop_noop_edits:
-        kept, dropped = screen_edits(body_of(base), guidance_of(base) or "", edits)
+        kept, dropped = screen_edits(body_of(base), guidance_of(base) or "", edits, state.rejected_edits,
+                                     ctx.config.drop_rejected_edits)
     else:
         kept, dropped = list(range(len(edits))), []
     budget = p.learning_rate.chosen if p.learning_rate is not None else p.edit_budget

@@ -39,6 +39,7 @@ from skillstate.log.events import (
     StopConditionMet,
     TestEvaluated,
 )
+from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.selection_events import FinalSelected, SelectionScored
@@ -51,7 +52,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         GateDecided, TestEvaluated, EpochCompared, SlowUpdateProposed, SlowUpdateDecided, MetaSkillWritten,
         EpochEnded, FinalValidated, StopConditionMet, SkillsDistilled, BankValidated, BankEvolved, BankSeeded,
         PruneProposed, PruneDecided,
-        EditsAblated,
+        EditsAblated, ParentChosen,
         SelectionScored, FinalSelected,
     )
 }
@@ -92,6 +93,17 @@ def _v4_started(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
+def _v5_config(payload: dict[str, Any]) -> dict[str, Any]:
+    """Runs written before RunStarted v6 (RunForked v5) had neither the repair
+    nor the screen of edits rejected before on by default: a config without
+    the keys meant both off (so its log re-executes as it was written)."""
+    config = dict(payload.get("config", {}))
+    config.setdefault("repair", "off")
+    config.setdefault("drop_rejected_edits", 0)
+    config.setdefault("repair_full_evaluation", False)  # early reject applied to the candidates it repaired
+    return {**payload, "config": config}
+
+
 def _v1_gate(payload: dict[str, Any]) -> dict[str, Any]:
     """GateDecided v2 adds the robust rules' verdicts; a v1 decision was the strict rule's alone."""
     return payload
@@ -105,6 +117,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunStarted", 3): _v3_config,
     ("RunForked", 3): _v3_config,
     ("RunStarted", 4): _v4_started,
+    ("RunStarted", 5): _v5_config,
+    ("RunForked", 4): _v5_config,
     ("GateDecided", 1): _v1_gate,
 }
 

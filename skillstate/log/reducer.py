@@ -20,6 +20,7 @@ from skillstate.log.events import (
     BaselineEvaluated,
     CandidateBuilt,
     CandidateEvaluated,
+    Edit,
     EditsSelected,
     EpochCompared,
     EpochEnded,
@@ -43,6 +44,7 @@ from skillstate.log.events import (
     TestEvaluated,
     Usage,
 )
+from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.prune_fold import fold_prune
@@ -132,6 +134,14 @@ def _regate(scores: Scores, config: Mapping) -> float:
                               config.get("semantic_density_weight", 0.0))
 
 
+def _count_edits(counts: Mapping[tuple[str, str, str], int], edits: Iterable[Edit]) -> Mapping:
+    """`counts` with each of `edits` counted once more (an edit listed twice counts once)."""
+    keys = {(e.op, e.target, e.content) for e in edits}
+    if not keys:
+        return counts
+    return MappingProxyType({**counts, **{k: counts.get(k, 0) + 1 for k in keys}})
+
+
 def _buffer_entry(p: StepProgress, event: GateDecided) -> BufferEntry:
     results = p.rollout.results if p.rollout else []
     failed = [r for r in results if r.hard < 1]
@@ -218,6 +228,16 @@ def reduce(state: RunState, event: Event) -> RunState:
                                              sub_batches=tuple(tuple(b) for b in event.sub_batches),
                                              edit_budget=event.edit_budget, base_skill=state.current_skill or ""))
 
+    if isinstance(event, ParentChosen):  # parent_selection pareto: the step builds on the drawn skill
+        p = _progress(state, event)
+        if p.rollout is not None or p.parent is not None:
+            raise FoldError("ParentChosen after the step's rollout, or twice")
+        epoch_skills = state.epoch_skills
+        if not state.history or state.history[-1].epoch != p.epoch:  # the epoch's first step
+            epoch_skills = _with(epoch_skills, p.epoch, event.skill)  # the epoch starts from the parent
+        return replace(state, current_skill=event.skill, current_score=event.score, epoch_skills=epoch_skills,
+                       progress=replace(p, parent=event, base_skill=event.skill))
+
     if isinstance(event, RolloutCompleted):
         p = _progress(state, event)
         return replace(state, progress=replace(p, rollout=event))
@@ -248,7 +268,9 @@ def reduce(state: RunState, event: Event) -> RunState:
         p = _progress(state, event)
         if p.evaluation is None or p.repair is not None:
             raise FoldError("EditsAblated before the candidate was evaluated, or twice")
-        return replace(state, progress=replace(p, repair=event))
+        dropped = [a.edit for a in event.ablations if a.harmful and a.index in event.dropped]
+        return replace(state, progress=replace(p, repair=event),
+                       rejected_edits=_count_edits(state.rejected_edits, dropped))
 
     if isinstance(event, CandidateEvaluated):
         p = _progress(state, event)
@@ -290,11 +312,15 @@ def reduce(state: RunState, event: Event) -> RunState:
             current_skill, current_score = p.candidate.skill, event.candidate_score
             if event.decision == gate_rules.ACCEPT_BEST:
                 best_skill, best_score, best_step = p.candidate.skill, event.candidate_score, event.step
+        rejected_edits = state.rejected_edits
+        if event.decision == gate_rules.REJECT and p.selected is not None:  # the repair's drops counted already
+            gone = set(p.repair.dropped) if p.repair is not None else set()
+            rejected_edits = _count_edits(rejected_edits, [e for i, e in enumerate(p.selected.edits) if i not in gone])
         record = StepRecord(step=event.step, epoch=p.epoch, edit_budget=p.edit_budget, decision=event.decision,
                             candidate_score=event.candidate_score, current_score=current_score,
                             best_score=best_score, current_skill=current_skill, best_skill=best_skill,
                             reason=event.reason, forced=event.forced)
-        return replace(state, progress=None, history=state.history + (record,),
+        return replace(state, progress=None, history=state.history + (record,), rejected_edits=rejected_edits,
                        buffer=state.buffer + (_buffer_entry(p, event),),
                        current_skill=current_skill, current_score=current_score,
                        best_skill=best_skill, best_score=best_score, best_step=best_step)

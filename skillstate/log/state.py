@@ -32,6 +32,7 @@ from skillstate.log.events import (
     TestEvaluated,
     Usage,
 )
+from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneProposed
 from skillstate.log.selection_events import FinalSelected, SelectionScored
@@ -51,6 +52,7 @@ class StepProgress:
     edit_budget: int
     base_skill: str
     sub_batches: tuple[tuple[str, ...], ...] = ()
+    parent: ParentChosen | None = None  # parent_selection pareto: the draw (base_skill is its skill)
     rollout: RolloutCompleted | None = None
     patches: tuple[PatchProposed, ...] = ()
     merged: PatchesMerged | None = None
@@ -169,6 +171,8 @@ class RunState:
     prune_rejected: tuple[tuple[str, str], ...] = ()  # prune: (skill, line) of each deletion the gate turned down
     selection_scored: tuple[SelectionScored, ...] = ()  # final_selection: the candidates re-scored so far
     final_selection: FinalSelected | None = None  # final_selection: the pick (the best skill since)
+    # drop_rejected_edits: (op, target, content) -> rejected candidates the edit was in, plus the repair's drops
+    rejected_edits: Mapping[tuple[str, str, str], int] = field(default_factory=lambda: EMPTY)
 
     @property
     def started(self) -> bool:

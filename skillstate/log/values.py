@@ -44,7 +44,8 @@ class Edit(Frozen):
 
 
 class DroppedEdit(Frozen):
-    """A proposed edit left out before selection because it would change nothing (see skillstate.skillopt.screen)."""
+    """A proposed edit left out before selection because it would change nothing, or (drop_rejected_edits)
+    because it failed before (see skillstate.skillopt.screen)."""
 
     index: int  # into the merged edits
     reason: str

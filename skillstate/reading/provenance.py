@@ -10,6 +10,7 @@ from skillstate.engine.loading import LoadedRun
 from skillstate.engine.runner import load_run
 from skillstate.errors import UserError
 from skillstate.log.events import Edit, GateDecided, PatchProposed, RolloutCompleted, SlowUpdateDecided
+from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.reducer import RunState, need, reduce
@@ -34,6 +35,10 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
     present = text in initial
     folded = RunState()
     dropped: list[dict[str, Any]] = []
+    # parent_selection pareto can make an older skill current again: for each skill that held the text, the
+    # change that put it into that skill's line of descent, and the one in effect for the current skill
+    holder: dict[str, dict[str, Any]] = {}
+    responsible: dict[str, Any] | None = None
     for s in loaded.lineage:  # fold the log, noting every change of the current skill
         ev = s.event
         if isinstance(ev, EditsAblated):  # repair: an edit left out because it did harm
@@ -47,8 +52,18 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
             boundary_events.setdefault(ev.epoch, []).append(ev)
         if before is None or folded.current_skill == before or ev.type == "RunStarted":
             continue
-        now = text in store.get_blob(need(folded.current_skill, "the current skill"))
+        current = need(folded.current_skill, "the current skill")
+        now = text in store.get_blob(current)
+        if isinstance(ev, ParentChosen):  # the step builds on another skill: it holds the text or not
+            responsible = holder.get(current) if now else None
+            if now != present:
+                changes.append({"change": "added" if now else "removed", "step": ev.step, "epoch": ev_epoch(folded),
+                                "decision": "parent", "reason": ev.reason, "by": "parent"})
+            present = now
+            continue
         if now == present:
+            if now and responsible is not None:
+                holder.setdefault(current, responsible)
             continue
         change: dict[str, Any] = {"change": "added" if now else "removed"}
         if isinstance(ev, GateDecided):
@@ -65,11 +80,14 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
                           by="slow_update")
         changes.append(change)
         present = now
+        responsible = change if now else None
+        if now:
+            holder.setdefault(current, change)
     origin: dict[str, Any] | None = None
-    if present and changes:
-        last = changes[-1]
-        origin = (_origin(store, step_events[last["step"]], text) if last["by"] == "step"
-                  else _slow_origin(boundary_events[last["epoch"]]))
+    if present and responsible is not None:
+        origin = (_origin(store, step_events[responsible["step"]], text) if responsible["by"] == "step"
+                  else _slow_origin(boundary_events[responsible["epoch"]]) if responsible["by"] == "slow_update"
+                  else None)
     where = {"in_initial_skill": text in initial,
              "in_current_skill": text in store.get_blob(need(state.current_skill, "the current skill")),
              "in_best_skill": text in store.get_blob(need(state.best_skill, "the best skill"))}
@@ -83,6 +101,11 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
         "dropped": dropped,
         "origin": origin,
     }
+
+
+def ev_epoch(state: RunState) -> int:
+    """The epoch of the step under way."""
+    return state.progress.epoch if state.progress is not None else state.epoch
 
 
 def prune_change(proposal: PruneProposed, ev: PruneDecided, text: str) -> dict[str, Any]:

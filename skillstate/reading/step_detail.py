@@ -23,6 +23,7 @@ from skillstate.log.events import (
     SkillsDistilled,
     StepStarted,
 )
+from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.reading.failures import event_call_refs, failed_calls
 from skillstate.storage.store import Store
@@ -86,6 +87,9 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
                                 "by_category": {t: v.hard for t, v in ev.scores.by_task_type.items()}}
         elif isinstance(ev, EditsAblated):
             out["repair"] = repair_detail(ev)
+        elif isinstance(ev, ParentChosen):  # parent_selection pareto
+            out["parent"] = {"skill": ev.skill, "score": ev.score, "switched": ev.skill != ev.previous_skill,
+                             "pool": ev.pool, "reason": ev.reason, "front": [m.model_dump() for m in ev.front]}
         elif isinstance(ev, CandidateBuilt) and "repair" in out:  # the repaired candidate
             out["repair"]["apply_report"] = [r.model_dump() for r in ev.report]
             out["skills"]["repaired"] = ev.skill

@@ -11,11 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from skillstate.log.events_repair import EditsAblated
 
 # (task type, candidate's value, current skill's value) of one item scored for both
 Paired = tuple[str, float, float]
+
+
+def may_examine(cfg: Any, p: Any) -> bool:
+    """Whether the repair may examine the step's candidate once it is
+    evaluated (`cfg` a SkillConfig, `p` the step's progress): repair on, a
+    patch step outside bank mode, not repaired yet, two or more selected
+    edits. With `repair_full_evaluation`, such a candidate is scored on every
+    item (no early reject), so the repair pairs the same outcomes whether
+    early reject is on or off, and the decisions stay those of a full
+    evaluation."""
+    return (cfg.repair == "ablate" and cfg.mode != "bank" and cfg.update_mode == "patch" and p.repair is None
+            and p.selected is not None and len(p.selected.edits) >= 2)
 
 
 def type_changes(items: Sequence[Paired]) -> dict[str, float]:

@@ -1,8 +1,9 @@
-"""Screening: which proposed edits would change nothing. Pure.
+"""Screening: which proposed edits to leave out before selection. Pure.
 
 Before selection every candidate edit is dry-run against the current skill,
-so the edit budget is spent only on edits that change something. An edit is
-dropped, with its reason, when:
+so the edit budget is spent only on edits that change something (and, when
+asked, that have not failed before). An edit is dropped, with its reason,
+when:
 - `already_in_skill`: an append or insert (or, in rewrite mode, a
   suggestion) whose every line the skill already holds, compared after
   normalizing case, whitespace and a leading list marker;
@@ -12,12 +13,16 @@ dropped, with its reason, when:
   protected slow-update block;
 - `no_change`: a replace whose content equals its target;
 - `duplicate`: the same edit as an earlier one in the patch;
-- `unknown_op`: an op the editor does not know.
+- `unknown_op`: an op the editor does not know;
+- `rejected_before` (only with `drop_rejected_edits` N > 0): the same edit
+  was in N or more rejected candidates of the run, or was dropped by the
+  repair as harmful (each counts once).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from skillstate.log.events import DroppedEdit, Edit
 
@@ -40,19 +45,46 @@ def _held(content: str, held: set[str], whole: str | None) -> bool:
     return bool(lines) and all(line in held or (whole is not None and line in whole) for line in lines)
 
 
-def screen_edits(body: str, block: str, edits: list[Edit]) -> tuple[list[int], list[DroppedEdit]]:
+def edit_key(edit: Edit) -> tuple[str, str, str]:
+    """An edit as compared with earlier ones: its op, and its target and content normalized."""
+    return _key(edit.op, edit.target, edit.content)
+
+
+def _key(op: str, target: str, content: str) -> tuple[str, str, str]:
+    return (op, normalize_line(target), " ".join(_lines(content)))
+
+
+def normalized_counts(raw: Mapping[tuple[str, str, str], int]) -> dict[tuple[str, str, str], int]:
+    """(op, target, content) -> count, as the log counts them, keyed by `edit_key` (counts of edits that
+    normalize alike add up)."""
+    out: dict[tuple[str, str, str], int] = {}
+    for (op, target, content), n in raw.items():
+        k = _key(op, target, content)
+        out[k] = out.get(k, 0) + n
+    return out
+
+
+def screen_edits(body: str, block: str, edits: list[Edit],
+                 rejected: Mapping[tuple[str, str, str], int] | None = None,
+                 max_rejections: int = 0) -> tuple[list[int], list[DroppedEdit]]:
     """(indexes of the edits kept, the dropped ones with their reasons), for a
-    skill whose editable text is `body` and whose protected block is `block`."""
+    skill whose editable text is `body` and whose protected block is `block`.
+    With `max_rejections` N > 0, an edit that was in N or more rejected
+    candidates of the run (`rejected`: (op, target, content) -> count, as
+    the fold keeps them) is dropped as `rejected_before`."""
     held = set(_lines(body))
+    counts = normalized_counts(rejected) if rejected and max_rejections > 0 else {}
     whole = " ".join(_lines(body))
     kept: list[int] = []
     dropped: list[DroppedEdit] = []
     seen: set[tuple[str, str, str]] = set()
     for i, edit in enumerate(edits):
-        key = (edit.op, normalize_line(edit.target), " ".join(_lines(edit.content)))
+        key = edit_key(edit)
         reason = _reason(edit, body, block, held, whole)
         if reason is None and key in seen:
             reason = "duplicate"
+        if reason is None and counts and counts.get(key, 0) >= max_rejections:
+            reason = "rejected_before"
         if reason is None:
             seen.add(key)
             kept.append(i)
