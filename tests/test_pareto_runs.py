@@ -7,15 +7,10 @@ right after a step started on a drawn parent."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from run_helpers import call, kill_at_pause, log_of, start_driver, stored_events
 
 from skillstate.cli.main import cli
 from skillstate.log.events import Edit
@@ -23,20 +18,8 @@ from skillstate.reading.audit import audit, verify
 from skillstate.skillopt.screen import edit_key
 from skillstate.storage.store import Store
 
-DRIVER = Path(__file__).parent / "sweep_driver.py"
 NOISY = ["--set", "sim.noise=moderate"]
 PARETO = [*NOISY, "--set", "parent_selection=pareto"]
-TIMEOUT = 120.0
-
-
-def call(*args: str, code: int = 0) -> str:
-    res = CliRunner().invoke(cli, list(args))
-    assert res.exit_code == code, res.output
-    return res.output
-
-
-def log_of(db: str, run_id: str) -> list[dict]:
-    return json.loads(call("log", run_id, "--json", "--db", db))
 
 
 @pytest.fixture(scope="module")
@@ -149,43 +132,18 @@ def test_parent_selection_is_refused_in_bank_mode():
 # --- kill -9 right after a step started on a drawn parent, then resume ----------
 
 
-def _driver(tmp_path: Path, name: str, args: list[str], **env: str) -> subprocess.Popen:
-    full = {**os.environ, **env, "SWEEP_MARKER": str(tmp_path / f"{name}.marker")}
-    return subprocess.Popen([sys.executable, str(DRIVER), *args], cwd=str(tmp_path), env=full,
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{name}.err", "w"),  # noqa: SIM115
-                            stdin=subprocess.DEVNULL)
-
-
-def _events(db: str, run_id: str) -> list[tuple[str, str]]:
-    store = Store(db)
-    try:
-        return [(s.type, s.payload) for s in store.read_events(run_id)]
-    finally:
-        store.close()
-
-
-def test_kill9_after_a_drawn_parent_then_resume_gives_the_same_events(tmp_path):
+def test_kill9_after_a_drawn_parent_then_resume_gives_the_samestored_events(tmp_path):
     args = ["--epochs", "1", "-q", *PARETO]
     clean_db = f"sqlite:///{tmp_path / 'clean.db'}"
     call("run", "--run-id", "k", *args, "--db", clean_db)
-    clean = _events(clean_db, "k")
+    clean = stored_events(clean_db, "k")
     first = next(i for i, (t, _) in enumerate(clean) if t == "ParentChosen") + 1  # pause after it
     db = f"sqlite:///{tmp_path / 'k.db'}"
-    p = _driver(tmp_path, "run", ["run", "--run-id", "k", *args, "--db", db], SWEEP_PAUSE_EVENTS=str(first))
-    marker = tmp_path / "run.marker"
-    deadline = time.monotonic() + TIMEOUT
-    try:
-        while not marker.exists():
-            assert p.poll() is None, (tmp_path / "run.err").read_text()[-2000:]
-            assert time.monotonic() < deadline, "the run never paused"
-            time.sleep(0.01)
-    finally:
-        if p.poll() is None:
-            os.kill(p.pid, signal.SIGKILL)
-        p.wait(timeout=30)
-    assert _events(db, "k") == clean[:first]
+    p = start_driver(tmp_path, "run", ["run", "--run-id", "k", *args, "--db", db], SWEEP_PAUSE_EVENTS=str(first))
+    assert kill_at_pause(tmp_path, "run", p) == f"events {first}"
+    assert stored_events(db, "k") == clean[:first]
     call("resume", "k", "-q", "--db", db)
-    assert _events(db, "k") == clean
+    assert stored_events(db, "k") == clean
     store = Store(db)
     try:
         assert audit(store, "k").ok and verify(store, "k").ok

@@ -8,37 +8,19 @@ to the same events."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from html import unescape
-from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from run_helpers import call, kill_at_pause, log_of, start_driver, stored_events
 from starlette.testclient import TestClient
 
-from skillstate.cli.main import cli
 from skillstate.dashboard.app import create_app
 from skillstate.reading.audit import audit, verify
 from skillstate.storage.store import Store
 
-DRIVER = Path(__file__).parent / "sweep_driver.py"
 NOISY = ["--set", "sim.noise=moderate"]
 REPAIR = [*NOISY, "--set", "repair=ablate", "--set", "drop_rejected_edits=0"]  # the paths these tests read
 TIMEOUT = 120.0
-
-
-def call(*args: str, code: int = 0) -> str:
-    res = CliRunner().invoke(cli, list(args))
-    assert res.exit_code == code, res.output
-    return res.output
-
-
-def log_of(db: str, run_id: str) -> list[dict]:
-    return json.loads(call("log", run_id, "--json", "--db", db))
 
 
 @pytest.fixture(scope="module")
@@ -117,55 +99,25 @@ def test_a_fork_turns_repair_on_and_verifies(repaired):
 # --- kill -9 in the middle of a repair, then resume ----------------------------
 
 
-def _driver(tmp_path: Path, name: str, args: list[str], **env: str) -> subprocess.Popen:
-    full = {**os.environ, **env, "SWEEP_MARKER": str(tmp_path / f"{name}.marker")}
-    return subprocess.Popen([sys.executable, str(DRIVER), *args], cwd=str(tmp_path), env=full,
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{name}.err", "w"),  # noqa: SIM115
-                            stdin=subprocess.DEVNULL)
-
-
-def _kill_at_pause(tmp_path: Path, name: str, proc: subprocess.Popen) -> str:
-    marker = tmp_path / f"{name}.marker"
-    deadline = time.monotonic() + TIMEOUT
-    try:
-        while not marker.exists():
-            assert proc.poll() is None, (tmp_path / f"{name}.err").read_text()[-2000:]
-            assert time.monotonic() < deadline, f"{name} never paused"
-            time.sleep(0.01)
-        return marker.read_text()
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-
-
-def _events(db: str, run_id: str) -> list[tuple[str, str]]:
-    store = Store(db)
-    try:
-        return [(s.type, s.payload) for s in store.read_events(run_id)]
-    finally:
-        store.close()
-
-
-def test_kill9_in_the_middle_of_a_repair_then_resume_gives_the_same_events(tmp_path):
+def test_kill9_in_the_middle_of_a_repair_then_resume_gives_the_samestored_events(tmp_path):
     args = ["--epochs", "2", "-q", *REPAIR]
     clean_db = f"sqlite:///{tmp_path / 'clean.db'}"
     call("run", "--run-id", "k", *args, "--db", clean_db)
-    clean = _events(clean_db, "k")
+    clean = stored_events(clean_db, "k")
     first = next(i for i, (t, p) in enumerate(clean) if t == "EditsAblated" and json.loads(p)["ablations"])
     db = f"sqlite:///{tmp_path / 'k.db'}"
     # 1. killed right after the candidate's evaluation: the repair is the next stage
-    p = _driver(tmp_path, "run", ["run", "--run-id", "k", *args, "--db", db], SWEEP_PAUSE_EVENTS=str(first))
-    assert _kill_at_pause(tmp_path, "run", p) == f"events {first}"
-    assert _events(db, "k") == clean[:first]
+    p = start_driver(tmp_path, "run", ["run", "--run-id", "k", *args, "--db", db], SWEEP_PAUSE_EVENTS=str(first))
+    assert kill_at_pause(tmp_path, "run", p) == f"events {first}"
+    assert stored_events(db, "k") == clean[:first]
     # 2. the resume is killed in the middle of the repair: some ablation calls recorded, no event yet
-    p = _driver(tmp_path, "mid", ["resume", "k", "-q", "--db", db], SWEEP_PAUSE_CALLS="3")
-    assert _kill_at_pause(tmp_path, "mid", p) == "calls 3"
-    assert _events(db, "k") == clean[:first]
+    p = start_driver(tmp_path, "mid", ["resume", "k", "-q", "--db", db], SWEEP_PAUSE_CALLS="3")
+    assert kill_at_pause(tmp_path, "mid", p) == "calls 3"
+    assert stored_events(db, "k") == clean[:first]
     # 3. the last resume finishes: the same events as the uninterrupted run, no call paid twice
-    p = _driver(tmp_path, "last", ["resume", "k", "-q", "--db", db])
+    p = start_driver(tmp_path, "last", ["resume", "k", "-q", "--db", db])
     assert p.wait(timeout=TIMEOUT) == 0, (tmp_path / "last.err").read_text()[-2000:]
-    assert _events(db, "k") == clean
+    assert stored_events(db, "k") == clean
     store = Store(db)
     try:
         assert audit(store, "k").ok

@@ -21,7 +21,7 @@ import zlib
 from pathlib import Path
 
 from skillstate.errors import UserError
-from skillstate.skilltree.limits import DEFAULT_LIMITS, Limits, size_text
+from skillstate.skilltree.limits import DEFAULT_LIMITS, Limits, read_bounded, size_text
 from skillstate.skilltree.paths import check_path, is_ignored, path_problem, shown_path
 from skillstate.skilltree.tree import SkillFile, SkillTree
 
@@ -33,15 +33,7 @@ def read_archive(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS) 
     """The tree an archive file holds and the name of its top-level directory (None when SKILL.md
     is at the top)."""
     source = Path(path)
-    try:
-        size = source.stat().st_size
-        if size > limits.max_total_bytes:
-            raise UserError(f"{source}: {size_text(size)} is more than a skill may hold "
-                            f"({size_text(limits.max_total_bytes)})")
-        data = source.read_bytes()
-    except OSError as err:
-        raise UserError(f"{source}: cannot read it ({err.strerror or err})") from None
-    return archive_tree(data, str(source), limits)
+    return archive_tree(read_bounded(source, limits.max_total_bytes, "a skill"), str(source), limits)
 
 
 def archive_tree(data: bytes, label: str = "archive",

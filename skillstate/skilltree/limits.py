@@ -8,6 +8,9 @@ caller with a reason can pass others.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+from skillstate.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -30,3 +33,15 @@ def size_text(n: int) -> str:
         if value < 1000:
             return f"{value:.1f} {unit}"
     return f"{value / 1000:.1f} GB"
+
+
+def read_bounded(path: Path, most: int, what: str) -> bytes:
+    """The bytes of the file at `path`, refused in one line when it is larger than `most` (`what` names
+    the kind of thing it should be: "a skill", "a skill file") or cannot be read."""
+    try:
+        size = path.stat().st_size
+        if size > most:
+            raise UserError(f"{path}: {size_text(size)} is more than {what} may hold ({size_text(most)})")
+        return path.read_bytes()
+    except OSError as err:
+        raise UserError(f"{path}: cannot read it ({err.strerror or err})") from None

@@ -11,7 +11,7 @@ from typing import Literal
 from skillstate.errors import UserError
 from skillstate.skilltree.archive import is_archive_path, read_archive
 from skillstate.skilltree.disk import read_directory
-from skillstate.skilltree.limits import DEFAULT_LIMITS, Limits, size_text
+from skillstate.skilltree.limits import DEFAULT_LIMITS, Limits, read_bounded
 from skillstate.skilltree.onefile import from_markdown
 from skillstate.skilltree.tree import SKILL_MD, SkillTree
 
@@ -48,14 +48,7 @@ def load_skill(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS) ->
 def read_markdown(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS) -> str:
     """The text of a markdown skill file, exactly (no newline translation)."""
     given = Path(path)
-    try:
-        size = given.stat().st_size
-        if size > limits.max_file_bytes:
-            raise UserError(f"{given}: {size_text(size)} is more than a skill file may hold "
-                            f"({size_text(limits.max_file_bytes)})")
-        data = given.read_bytes()
-    except OSError as err:
-        raise UserError(f"{given}: cannot read it ({err.strerror or err})") from None
+    data = read_bounded(given, limits.max_file_bytes, "a skill file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
