@@ -418,8 +418,11 @@ def test_7_ctrl_c_during_eval_exits_130_and_names_the_saved_evaluation_run(bad_e
     path = tmp_path / "ev.db"
     db = f"sqlite:///{path}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    # 2 items at a time of 1 s each: 12 s for the 24 items, so the interrupt lands in the middle even when a
+    # loaded machine takes a few seconds to see the run appear
     proc = subprocess.Popen([sys.executable, "-c", "from skillstate.cli.main import cli; cli()", "eval", "--env",
-                             bad_envs + "Slow", "--skill", "README.md", *QA, "--run-id", "ev", "-q", "--db", db],
+                             bad_envs + "Slow", "--skill", "README.md", *QA, "--set", "concurrency=2", "--run-id", "ev",
+                             "-q", "--db", db],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 60
     while "ev" not in run_ids(path) and proc.poll() is None and time.monotonic() < deadline:
