@@ -423,7 +423,10 @@ def test_7_ctrl_c_during_eval_exits_130_and_names_the_saved_evaluation_run(bad_e
     proc = subprocess.Popen([sys.executable, "-c", "from skillstate.cli.main import cli; cli()", "eval", "--env",
                              bad_envs + "Slow", "--skill", "README.md", *QA, "--set", "concurrency=2", "--run-id", "ev",
                              "-q", "--db", db],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            # as in a terminal: SIGINT not ignored (a parent that ignores it would pass that on,
+                            # and Python then installs no KeyboardInterrupt handler)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while "ev" not in run_ids(path) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
