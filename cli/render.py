@@ -347,7 +347,9 @@ def why_text(info: dict[str, Any]) -> str:
             of = f" of {d['of']!r}" if d["of"] else ""
             lines.append(f"    deleted {d['line']!r}: {' and '.join(d['reasons'])}{of}")
     for d in info.get("dropped", []):  # repair: ablate
-        lines.append(f"  step {d['step']}: dropped by the repair: {d['op']} {d['content'][:200]!r} broke "
+        how = "dropped by the repair" if d.get("kept_as") is None else \
+            f"left out by the repair (kept as {d['kept_as'][:200]!r})"
+        lines.append(f"  step {d['step']}: {how}: {d['op']} {d['content'][:200]!r} broke "
                      f"{', '.join(d['broke'])} ({d['items']} items scored {d['candidate_score']:.3f} with it, "
                      f"{d['without_score']:.3f} without it, {d['recovered']:+g})")
     origin = info["origin"]

@@ -114,16 +114,23 @@ def verdict_lines(dec: dict[str, Any], width: int) -> list[str]:
     return lines
 
 
+def _verdict(a: dict[str, Any]) -> str:
+    """An ablation's verdict: the edit dropped, the clause left out of it, or kept."""
+    if a.get("trimmed"):
+        return "clause left out"
+    return "dropped" if a["dropped"] else "kept"
+
+
 def repair_lines(r: dict[str, Any], width: int) -> list[str]:
     """The repair (repair: ablate): the types lost, each ablated edit, the repaired candidate's score."""
     lines = wrapped(f"repair: {r['reason']}", width)
     if r["affected_types"]:
         lines.extend(wrapped(f"  lost: {', '.join(r['affected_types'])} ({r['items']} items: current "
                              f"{fmt(r['current_score'])}, candidate {fmt(r['candidate_score'])})", width))
-    rows = [["dropped" if a["dropped"] else "kept", a["index"], fmt(a["score"]), f"{a['recovered']:+g}",
-             a["content"] or a["target"]] for a in r["ablations"]]
+    rows = [[_verdict(a), a["index"] if a.get("part") is None else f"{a['index']}.{a['part']}", fmt(a["score"]),
+             f"{a['recovered']:+g}", a["content"] or a["target"]] for a in r["ablations"]]
     if rows:
-        lines.extend(table_lines([Col("verdict"), Col("edit", num=True), Col("without it", num=True),
+        lines.extend(table_lines([Col("verdict"), Col("edit[.clause]", num=True), Col("without it", num=True),
                                   Col("recovered", num=True), Col("content", shrink=True)], rows, width, indent=2))
     if "evaluation" in r:
         ev = r["evaluation"]

@@ -105,6 +105,10 @@ class SkillConfig(Section):
         True, description="repair ablate: score a candidate the repair may examine on every val item (no early "
                           "reject), so the repair and the gate decide as a full evaluation would; false: early "
                           "reject applies (fewer calls, and the repair pairs only the items scored).")
+    repair_clauses: bool = Field(
+        False, description="repair ablate: also ablate each clause (sentence, clause after a semicolon, line) of "
+                           "an ablated edit that joins two or more, so an edit that pairs a helpful rule with a "
+                           "harmful one can be kept without the harmful part; more ablation calls.")
     repair_type_loss: float = Field(
         0.3, ge=0.0, le=1.0, description="repair ablate: a task type is repaired when the candidate's mean gate "
                                          "score on it is below the current skill's by more than this.")

@@ -69,35 +69,43 @@ def ablate(ctx: RunContext, state: RunState) -> list[Event]:
     cand_values = [value(cand[i]) for i in ids]
     base = ctx.blob(p.base_skill)
     applied = [r.index for r in candidate.report if r.status in CHANGED]
-    chosen = rules.choose_ablations(applied, {i: e.support for i, e in enumerate(edits)}, cfg.repair_max_edits)
+    units = rules.choose_units(applied, edits, cfg.repair_max_edits, cfg.repair_clauses)
     scored_on: dict[str, Any] = dict(current_score=_mean([value(current[i]) for i in ids]),
                                      candidate_score=_mean(cand_values))
-    if not chosen:
+    if not units:
         return [EditsAblated(changes=changes, affected_types=affected, item_ids=ids, **common, **scored_on,
                              reason="fewer than two edits changed the skill: nothing to ablate")]
-    skills = {i: patch_skill(base, [e for j, e in enumerate(edits) if j != i])[0] for i in chosen}
+    variants = [edits[i] if k is None else rules.without_part(edits[i], k) for i, k in units]
+    skills = [patch_skill(base, [variants[u] if j == i else e for j, e in enumerate(edits)
+                                 if not (j == i and k is None)])[0] for u, (i, k) in enumerate(units)]
     items = [ctx.env.item(i) for i in ids]
-    jobs = [(i, item) for i in chosen for item in items]
+    jobs = [(u, item) for u in range(len(units)) for item in items]
     ctx.expect_calls(ctx.rollout_calls(len(jobs)))
     done = ctx.map(lambda job: rollout_one(ctx, skills[job[0]], job[1]), jobs)
     check_rollout_errors(ctx, done)
-    by_edit = {i: done[k * len(items):(k + 1) * len(items)] for k, i in enumerate(chosen)}
-    found = rules.verdicts({i: [value(r) for r in rs] for i, rs in by_edit.items()}, cand_values)
-    ablations = [EditAblation(index=v.index, edit=edits[v.index], skill=ctx.put_blob(skills[v.index]),
-                              results=by_edit[v.index], score=_mean([value(r) for r in by_edit[v.index]]),
+    by_unit = {u: done[u * len(items):(u + 1) * len(items)] for u in range(len(units))}
+    found = rules.verdicts({u: [value(r) for r in rs] for u, rs in by_unit.items()}, cand_values, units)
+    ablations = [EditAblation(index=units[v.index][0], edit=edits[units[v.index][0]], part=units[v.index][1],
+                              kept_as=variants[v.index] if units[v.index][1] is not None else None,
+                              skill=ctx.put_blob(skills[v.index]), results=by_unit[v.index],
+                              score=_mean([value(r) for r in by_unit[v.index]]),
                               recovered=v.recovered, harmful=v.harmful) for v in found]
-    dropped = rules.to_drop(found)
-    if not dropped:
+    harmful = [a for a in ablations if a.harmful]
+    if not harmful:
         return [EditsAblated(changes=changes, affected_types=affected, item_ids=ids, ablations=ablations,
                              **common, **scored_on,
                              reason=f"no ablated edit stood out as recovering {', '.join(affected)}: the "
                                     "candidate is gated as it is")]
-    kept = [edits[i] for i in rules.kept_edits(len(edits), dropped)]
-    text, report, restored = patch_skill(base, kept)
+    culprit = harmful[0]
+    dropped = [culprit.index] if culprit.part is None else []
+    trimmed = {culprit.index: culprit.kept_as} if culprit.kept_as is not None else {}
+    text, report, restored = patch_skill(base, rules.repaired_edits(edits, dropped, trimmed))
     skill = ctx.put_blob(text)
+    what = (f"dropped edit {culprit.index}" if culprit.part is None
+            else f"left clause {culprit.part} out of edit {culprit.index}")
     event = EditsAblated(changes=changes, affected_types=affected, item_ids=ids, ablations=ablations,
-                         dropped=dropped, skill=skill, **common, **scored_on,
-                         reason=f"dropped edit {dropped[0]} of {len(edits)}: without it the {len(ids)} items of "
+                         dropped=dropped, trimmed=sorted(trimmed), skill=skill, **common, **scored_on,
+                         reason=f"{what} of {len(edits)}: without it the {len(ids)} items of "
                                 f"{', '.join(affected)} recovered the most")
     return [event, CandidateBuilt(step=p.step, base_skill=p.base_skill, skill=skill, changed=skill != p.base_skill,
                                   block_restored=restored, report=report, method="patch")]

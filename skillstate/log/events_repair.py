@@ -15,6 +15,8 @@ class EditAblation(Frozen):
 
     index: int  # into the step's selected edits (EditsSelected.edits)
     edit: Edit
+    part: int | None = None  # repair_clauses: the clause of the edit left out (None: the whole edit)
+    kept_as: Edit | None = None  # ... and the edit as applied without it
     skill: str  # the candidate without this edit (blob)
     results: list[ItemResult]  # on the affected items, in `EditsAblated.item_ids` order
     score: float  # mean gate value of those results
@@ -42,6 +44,7 @@ class EditsAblated(Event):
     candidate_score: float = 0.0  # the same for the candidate
     ablations: list[EditAblation] = []
     dropped: list[int] = []  # indices into the selected edits
+    trimmed: list[int] = []  # ... of the edits applied without a clause (their ablation's `kept_as`)
     skill: str | None = None  # the repaired candidate (None when nothing is dropped)
     reason: str = ""
 

@@ -268,7 +268,9 @@ def reduce(state: RunState, event: Event) -> RunState:
         p = _progress(state, event)
         if p.evaluation is None or p.repair is not None:
             raise FoldError("EditsAblated before the candidate was evaluated, or twice")
-        dropped = [a.edit for a in event.ablations if a.harmful and a.index in event.dropped]
+        # an edit dropped, or applied without a clause, counts as rejected as it was proposed
+        dropped = [a.edit for a in event.ablations if a.harmful and (a.index in event.dropped
+                                                                    or a.index in event.trimmed)]
         return replace(state, progress=replace(p, repair=event),
                        rejected_edits=_count_edits(state.rejected_edits, dropped))
 
@@ -314,7 +316,7 @@ def reduce(state: RunState, event: Event) -> RunState:
                 best_skill, best_score, best_step = p.candidate.skill, event.candidate_score, event.step
         rejected_edits = state.rejected_edits
         if event.decision == gate_rules.REJECT and p.selected is not None:  # the repair's drops counted already
-            gone = set(p.repair.dropped) if p.repair is not None else set()
+            gone = set(p.repair.dropped + p.repair.trimmed) if p.repair is not None else set()
             rejected_edits = _count_edits(rejected_edits, [e for i, e in enumerate(p.selected.edits) if i not in gone])
         record = StepRecord(step=event.step, epoch=p.epoch, edit_budget=p.edit_budget, decision=event.decision,
                             candidate_score=event.candidate_score, current_score=current_score,

@@ -14,6 +14,7 @@ from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.reducer import RunState, need, reduce
+from skillstate.skillopt import repair as repair_rules
 from skillstate.storage.store import Store
 
 
@@ -138,9 +139,8 @@ def _origin(store: Store, events: list, text: str) -> dict[str, Any]:
     rollout: RolloutCompleted = by_type["RolloutCompleted"]
     results = {r.item_id: r for r in rollout.results}
     repaired = by_type.get("EditsAblated")
-    gone = set(repaired.dropped) if repaired is not None else set()
-    # the report is the built candidate's: after a repair, of the edits it kept
-    kept = [(k, e) for k, e in enumerate(e for i, e in enumerate(selected.edits) if i not in gone)
+    # the report is the built candidate's: after a repair, of the edits it kept (some without a clause)
+    kept = [(k, e) for k, e in enumerate(repair_rules.applied_after(selected.edits, repaired))
             if _touches(e, text)] if selected else []
     patches: list[PatchProposed] = [ev for ev in events if ev.type == "PatchProposed"]
     proposals = []
@@ -168,8 +168,11 @@ def _origin(store: Store, events: list, text: str) -> dict[str, Any]:
 
 
 def dropped_edits(ev: EditsAblated, text: str) -> list[dict[str, Any]]:
-    """The edits a repair dropped that hold `text`, with what their ablation showed."""
+    """The edits a repair dropped, or applied without a clause, that hold `text` (and, for a clause left out,
+    where the edit as applied no longer does), with what their ablation showed."""
     return [{"step": ev.step, "op": a.edit.op, "content": a.edit.content, "broke": ev.affected_types,
              "items": len(ev.item_ids), "candidate_score": ev.candidate_score, "without_score": a.score,
-             "recovered": a.recovered, "reason": ev.reason}
-            for a in ev.ablations if a.index in ev.dropped and _touches(a.edit, text)]
+             "recovered": a.recovered, "reason": ev.reason,
+             "kept_as": a.kept_as.content if a.kept_as is not None else None}
+            for a in ev.ablations if a.harmful and _touches(a.edit, text)
+            and (a.index in ev.dropped or (a.kept_as is not None and not _touches(a.kept_as, text)))]

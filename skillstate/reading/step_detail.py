@@ -121,6 +121,9 @@ def repair_detail(ev: EditsAblated) -> dict[str, Any]:
     """The repair (repair: ablate): the types lost, each ablated edit's outcome, the edits dropped."""
     return {"reason": ev.reason, "changes": ev.changes, "affected_types": ev.affected_types,
             "items": len(ev.item_ids), "current_score": ev.current_score, "candidate_score": ev.candidate_score,
-            "dropped": ev.dropped, "repaired": ev.skill is not None,
-            "ablations": [{"index": a.index, **_edit(a.edit), "score": a.score, "recovered": a.recovered,
-                           "harmful": a.harmful, "dropped": a.index in ev.dropped} for a in ev.ablations]}
+            "dropped": ev.dropped, "trimmed": ev.trimmed, "repaired": ev.skill is not None,
+            "ablations": [{"index": a.index, **_edit(a.edit), "part": a.part,
+                           "kept_as": a.kept_as.content if a.kept_as is not None else None,
+                           "score": a.score, "recovered": a.recovered, "harmful": a.harmful,
+                           "dropped": a.harmful and a.index in ev.dropped,
+                           "trimmed": a.harmful and a.index in ev.trimmed} for a in ev.ablations]}
