@@ -105,6 +105,9 @@ class ProgressPrinter:
             changed = sum(1 for r in ev.report if r.status in ("applied", "appended"))
             return f"    update     {changed} of {len(ev.report)} edits changed the skill"
         if isinstance(ev, CandidateEvaluated):
+            if ev.partial is not None:  # the gate score of a prefix says little: the bound decided
+                return (f"    evaluate   {ev.split}: rejected early after {ev.partial.scored} of {ev.partial.of} "
+                        f"items (at most {fmt(ev.partial.upper_bound)})")
             cached = " (score cache)" if ev.cached else ""
             return f"    evaluate   {ev.split}: gate {fmt(ev.scores.gate)}{cached}"
         if isinstance(ev, GateDecided):

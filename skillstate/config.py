@@ -102,13 +102,20 @@ class SkillConfig(Section):
                            "and gate the candidate without them (update_mode patch).")
     repair_max_edits: int = Field(3, ge=1, description="repair ablate: at most this many edits ablated per step.")
     repair_full_evaluation: bool = Field(
-        True, description="repair ablate: score a candidate the repair may examine on every val item (no early "
-                          "reject), so the repair and the gate decide as a full evaluation would; false: early "
-                          "reject applies (fewer calls, and the repair pairs only the items scored).")
+        True, description="repair ablate, with repair_prefix off: score a candidate the repair may examine on every "
+                          "val item (no early reject), so the repair and the gate decide as a full evaluation "
+                          "would; false: early reject applies (fewer calls, and the repair pairs only the items "
+                          "scored).")
     repair_clauses: bool = Field(
-        False, description="repair ablate: also ablate each clause (sentence, clause after a semicolon, line) of "
+        True, description="repair ablate: also ablate each clause (sentence, clause after a semicolon, line) of "
                            "an ablated edit that joins two or more, so an edit that pairs a helpful rule with a "
                            "harmful one can be kept without the harmful part; more ablation calls.")
+    repair_prefix: bool = Field(
+        True, description="repair ablate: pair the candidate with the current skill only on the val items early "
+                           "reject scores before it stops (every item when it does not), whether early reject is "
+                           "on or not; early reject then applies to the candidates the repair examines "
+                           "(`repair_full_evaluation` is not needed), for fewer calls and the same decisions "
+                           "either way.")
     repair_type_loss: float = Field(
         0.3, ge=0.0, le=1.0, description="repair ablate: a task type is repaired when the candidate's mean gate "
                                          "score on it is below the current skill's by more than this.")

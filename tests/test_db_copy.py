@@ -219,12 +219,12 @@ def test_a_grown_source_run_gets_only_its_new_events(tmp_path, dbs):
     dst = dbs.new()
     first = json.loads(db_copy("--from", src, "--to", dst, "--json").output)
     n = first["runs"][0]["events_copied"]
-    assert first["runs"][0]["status"] == "copied" and 0 < n < 47
+    assert first["runs"][0]["status"] == "copied" and 0 < n < 49
     finish(src)
     res = db_copy("--from", src, "--to", dst, "--json")
     assert res.exit_code == 0, res.output
     again = json.loads(res.output)["runs"][0]
-    assert again["status"] == "appended" and again["events_copied"] == again["events"] - n == 47 - n
+    assert again["status"] == "appended" and again["events_copied"] == again["events"] - n == 49 - n
     assert again["audit_ok"]
     check_copied(src, dst, ("p",))
 
@@ -324,7 +324,7 @@ def test_a_run_being_driven_is_copied_up_to_its_last_committed_event(tmp_path, d
             proc.wait()
     res = db_copy("--from", src, "--to", dst, "--json")
     run = json.loads(res.output)["runs"][0]
-    assert run["status"] == "appended" and run["events"] == 47 and not run["driven"]
+    assert run["status"] == "appended" and run["events"] == 49 and not run["driven"]
     check_copied(src, dst, ("live",))
 
 

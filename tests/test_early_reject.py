@@ -134,10 +134,11 @@ def test_a_gated_slow_update_is_rejected_early_with_the_decision_a_full_evaluati
 @pytest.mark.parametrize("seed", [12, 3])
 def test_with_the_repair_on_a_noisy_target_early_reject_changes_no_decision(tmp_path, seed):
     # The repair pairs the candidate's per-item outcomes with the current skill's: it must see the same items
-    # whether early reject is on or off (repair_full_evaluation, the default, scores such a candidate fully).
-    # Seed 12 gave other decisions before that.
+    # whether early reject is on or off (repair_full_evaluation, with repair_prefix off, scores such a candidate
+    # fully). Seed 12 gave other decisions before that.
     def run(on: bool):
-        cfg = small_config(seed=seed, early_reject=on, use_step_buffer=False, sim={"noise": "moderate"})
+        cfg = small_config(seed=seed, early_reject=on, use_step_buffer=False, sim={"noise": "moderate"},
+                           repair_prefix=False)
         assert cfg.repair == "ablate" and cfg.repair_full_evaluation
         return Trainer(cfg, db=f"sqlite:///{tmp_path / f'{seed}-{on}.db'}", run_id="r").train()
 
@@ -152,3 +153,31 @@ def test_with_the_repair_on_a_noisy_target_early_reject_changes_no_decision(tmp_
         if e.type == "CandidateEvaluated" and e.step in repaired_steps and e.partial is not None:
             ablated = next(x for x in events if x.type == "EditsAblated" and x.step == e.step)
             assert e.skill != ablated.candidate_skill  # only the repaired candidate may stop early
+
+
+@pytest.mark.parametrize("seed", [12, 3])
+def test_with_the_repair_pairing_early_rejects_prefix_early_reject_changes_no_decision(tmp_path, seed):
+    # repair_prefix: early reject applies to the candidates the repair examines, and the repair pairs the items
+    # early reject scores, computed the same way from a full evaluation: the same repairs and decisions either way.
+    def run(on: bool):
+        cfg = small_config(seed=seed, early_reject=on, use_step_buffer=False, sim={"noise": "moderate"})
+        assert cfg.repair_prefix  # the default
+        return Trainer(cfg, db=f"sqlite:///{tmp_path / f'{seed}-{on}.db'}", run_id="r").train()
+
+    on, off = run(True), run(False)
+    events = lambda r: [s.event for s in lineage_events(r.store, "r")]  # noqa: E731
+    decisions = lambda r: [(e.step, e.decision) for e in events(r) if e.type == "GateDecided"]  # noqa: E731
+    repairs = lambda r: [(e.step, e.item_ids, e.dropped, e.skill) for e in events(r)  # noqa: E731
+                         if e.type == "EditsAblated"]
+    assert decisions(on) == decisions(off)
+    assert repairs(on) == repairs(off)
+    examined = {e.step: e for e in events(on) if e.type == "EditsAblated"}
+    stopped = [e for e in events(on) if e.type == "CandidateEvaluated" and e.partial is not None
+               and e.step in examined and e.skill == examined[e.step].candidate_skill]
+    assert stopped, "no candidate the repair examined was rejected early"
+    for e in stopped:  # the repair paired exactly the prefix early reject scored
+        paired = set(examined[e.step].item_ids)
+        assert paired <= set(e.partial.item_ids)
+    assert on.summary["usage"]["target"]["calls"] < off.summary["usage"]["target"]["calls"]
+    report = verify(on.store, "r")
+    assert report.ok and report.checked == report.total

@@ -31,7 +31,9 @@ from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 # On the noisy sim at seed 42 the best on val is not the best on the selection split.
-NOISY = dict(seed=42, sim={"noise": "moderate"}, final_selection={"enabled": True})
+# (The repair keys as before RunStarted v7: the paths this file reads.)
+NOISY = dict(seed=42, sim={"noise": "moderate"}, final_selection={"enabled": True}, repair_clauses=False,
+             repair_prefix=False)
 
 
 def call(*args: str, code: int = 0) -> str:

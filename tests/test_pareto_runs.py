@@ -100,7 +100,7 @@ def test_a_screened_run_drops_edits_rejected_before_and_counts_them_right(runs):
                 assert counts.get(edit_key(edit), 0) == 0  # never selected again after a rejection
         elif e["type"] == "EditsAblated":
             for a in p["ablations"]:
-                if a["harmful"] and a["index"] in p["dropped"]:
+                if a["harmful"] and (a["index"] in p["dropped"] or a["index"] in p["trimmed"]):  # as proposed
                     k = edit_key(Edit.model_validate(a["edit"]))
                     counts[k] = counts.get(k, 0) + 1
         elif e["type"] == "GateDecided" and p["decision"] == "reject":

@@ -1,4 +1,4 @@
-"""The repair by clauses (`repair_clauses`, off by default, with `repair: ablate`):
+"""The repair by clauses (`repair_clauses`, on by default with `repair: ablate`):
 the pure parts (cutting an edit into clauses, the verdict over whole edits and
 clauses, the edits a repaired candidate applies) as properties, and a real run
 on the sim's noisy world in which the repair leaves a clause out of an edit:
@@ -20,6 +20,7 @@ from starlette.testclient import TestClient
 from skillstate.config import SkillConfig
 from skillstate.dashboard.app import create_app
 from skillstate.engine.update import patch_skill
+from skillstate.log.event_codec import decode
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.values import Edit
 from skillstate.skillopt import clauses as cl
@@ -144,8 +145,13 @@ def test_with_whole_edits_only_the_verdicts_are_those_of_the_whole_edit_repair(o
     assert repair.verdicts(outcomes, candidate, units) == repair.verdicts(outcomes, candidate)
 
 
-def test_clauses_are_off_unless_asked_for_and_a_lone_edit_is_not_examined():
-    assert SkillConfig().repair_clauses is False  # old logs, without the key, ran without it too
+def test_clauses_are_on_by_default_old_logs_read_them_off_and_a_lone_edit_is_not_examined():
+    assert SkillConfig().repair_clauses and SkillConfig().repair_prefix
+    payload = {"config": {"repair": "ablate"}, "initial_skill": "h", "dataset": {}, "dataset_fingerprint": "f",
+               "prompts": {}, "steps_per_epoch": 1, "total_steps": 1, "package_version": "0"}
+    old = decode("RunStarted", 6, payload).config
+    assert old["repair_clauses"] is False and old["repair_prefix"] is False  # as they ran
+    assert decode("RunStarted", 6, {**payload, "config": {"repair_clauses": True}}).config["repair_clauses"]
     line = Edit(op="append", content="- A; b.")
     assert repair.choose_units([0], [line], 3, True) == []  # a lone edit: the gate decides it as it is
     assert repair.choose_units([0, 1], [line, line], 3, True) == [(0, None), (0, 0), (0, 1), (1, None), (1, 0),
@@ -162,7 +168,7 @@ def trimmed(tmp_path_factory):
     """A noisy run of 2 epochs with the repair by clauses: it leaves a clause out of an edit."""
     db = f"sqlite:///{tmp_path_factory.mktemp('clauses') / 'c.db'}"
     call("run", "--run-id", "c", "--epochs", "2", "-q", "--set", "sim.noise=moderate", "--set", f"seed={SEED}",
-         "--set", "drop_rejected_edits=0", "--set", "repair_clauses=true", "--db", db)
+         "--set", "drop_rejected_edits=0", "--db", db)
     return db
 
 

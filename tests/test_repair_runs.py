@@ -19,7 +19,8 @@ from skillstate.reading.audit import audit, verify
 from skillstate.storage.store import Store
 
 NOISY = ["--set", "sim.noise=moderate"]
-REPAIR = [*NOISY, "--set", "repair=ablate", "--set", "drop_rejected_edits=0"]  # the paths these tests read
+REPAIR = [*NOISY, "--set", "repair=ablate", "--set", "drop_rejected_edits=0",  # the paths these tests read
+          "--set", "repair_clauses=false"]  # whole edits only (clauses: test_repair_clauses.py)
 TIMEOUT = 120.0
 
 

@@ -43,7 +43,7 @@ PG_BASE = os.environ.get(PG_ENV)
 needs_pg = pytest.mark.skipif(not PG_BASE, reason=f"{PG_ENV} is not set")
 slow = pytest.mark.slow
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=needs_pg)]
-RUN_ARGS = ["--epochs", "1", "-q"]  # 3 steps, 47 events
+RUN_ARGS = ["--epochs", "1", "-q"]  # 3 steps, 49 events
 TIMEOUT = 180.0
 BUSY = "is being driven by another process"
 
@@ -137,7 +137,7 @@ def clean(tmp_path_factory):
     store = Store(url)
     try:
         stored = store.read_events("k")
-        assert len(stored) == 47
+        assert len(stored) == 49
         return {"log": [(s.type, s.payload) for s in stored], "hashes": [s.hash for s in stored]}
     finally:
         store.close()
@@ -230,7 +230,7 @@ def test_drivers_on_several_machines_released_at_once_one_per_run(dbs, drivers):
     try:
         logs = {}
         for run_id in ("s", "o0", "o1"):
-            assert seq_check(url, run_id) == (47, 47, 1, 47)
+            assert seq_check(url, run_id) == (49, 49, 1, 49)
             assert audit(store, run_id).ok, audit(store, run_id).problems
             assert paid_twice(store, run_id) == []
             logs[run_id] = [(s.type, s.payload) for s in store.read_events(run_id)]
@@ -266,7 +266,7 @@ def kill_on_one_machine_resume_on_another(url: str, drivers, clean, ttl: float) 
         stored = store.read_events("k")
         assert [(s.type, s.payload) for s in stored] == clean["log"]
         assert [s.hash for s in stored] == clean["hashes"]
-        assert seq_check(url, "k") == (47, 47, 1, 47)
+        assert seq_check(url, "k") == (49, 49, 1, 49)
         assert paid_twice(store, "k") == []
         assert audit(store, "k").ok
         assert verify(store, "k").ok
@@ -327,7 +327,7 @@ def test_the_load_test_with_two_runs_and_a_poller(tmp_path):
                          cwd=str(tmp_path), capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     report = json.loads(res.stdout)
-    assert report["ok"] and report["runs"] == 2 and report["events"] == 2 * report["reference_events"] == 94
+    assert report["ok"] and report["runs"] == 2 and report["events"] == 2 * report["reference_events"] == 98
     assert all(r["contiguous"] and r["equals_reference"] and r["audit_ok"] and r["paid_twice"] == 0
                for r in report["per_run"])
     assert report["poller"]["runs listing (library)"]["n"] > 0

@@ -14,7 +14,7 @@ from typing import Any
 from skillstate.config import SkillConfig
 from skillstate.engine import gating
 from skillstate.engine.context import RunContext
-from skillstate.engine.stages import check_rollout_errors, rollout_one
+from skillstate.engine.stages import check_rollout_errors, early_prefix, rollout_one
 from skillstate.engine.update import patch_skill
 from skillstate.log.events import CandidateBuilt, Event, ItemResult
 from skillstate.log.events_repair import EditAblation, EditsAblated
@@ -57,6 +57,9 @@ def ablate(ctx: RunContext, state: RunState) -> list[Event]:
         return item_value(r.hard, r.soft, rule)
 
     scored = [i["id"] for i in ctx.env.items(split) if i["id"] in cand and i["id"] in current]
+    if cfg.repair_prefix:  # the items early reject scores, whether it was on or not: the same repair either way
+        prefix = set(early_prefix(ctx, state, split, candidate.skill, cand))
+        scored = [i for i in scored if i in prefix]
     changes = rules.type_changes([(cand[i].task_type or "untyped", value(cand[i]), value(current[i]))
                                   for i in scored])
     affected = rules.affected_types(changes, cfg.repair_type_loss)

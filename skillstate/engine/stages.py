@@ -194,7 +194,8 @@ def evaluate_candidate(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
     cfg = ctx.config
     split, skill = cfg.val_split, need(p.candidate, "CandidateBuilt").skill
-    full = cfg.repair_full_evaluation and repair_rules.may_examine(cfg, p)  # the repair pairs every item
+    # the repair pairs every item, unless it pairs early reject's prefix (`repair_prefix`) in every mode
+    full = cfg.repair_full_evaluation and not cfg.repair_prefix and repair_rules.may_examine(cfg, p)
     if cfg.early_reject and cfg.use_gate and not full and state.score_cache.get(cache_key(split, skill)) is None:
         current = need(state.current_score, "the current score")
         scores, blob, usage, partial = evaluate_early(ctx, state, skill, split, current)
@@ -230,15 +231,12 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
     skill = ctx.blob(skill_hash)
     order = evaluation_order(ctx, state, split)
     n = len(order)
-    density = gate_rules.semantic_density(skill)
-    cost = gate_rules.length_cost(skill, cfg.gate_length_penalty)
     results: list[ItemResult | None] = [None] * n
     width = 1 if ctx.verifying else cfg.concurrency  # verify asks only for what the event holds
     pending: dict[Future[ItemResult], int] = {}
     sent = done = 0
     stop: tuple[int, float] | None = None
-    robust = gating.rule_of(cfg).active  # gate_rule paired or gate_type_margin: their exact bound
-    check = gating.early_check(ctx, state, split, order, current, density, cost) if robust else None
+    check = reject_check(ctx, state, split, order, skill, current)
     ctx.expect_calls(ctx.rollout_calls(n))
     with ctx.burst(n):
         while (sent < n and stop is None) or pending:
@@ -250,13 +248,7 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
                 results[pending.pop(future)] = future.result()
             while stop is None and done < n and results[done] is not None:
                 done += 1
-                if check is not None:
-                    stop = check([r for r in results[:done] if r is not None])
-                    continue
-                prefix = [(r.hard, r.soft) for r in results[:done] if r is not None]
-                found = gate_rules.early_reject_point(prefix, n, current, cfg.gate_metric, cfg.gate_mixed_weight,
-                                                      density, cfg.semantic_density_weight, cost)
-                stop = found if found is not None and found[0] == done else None
+                stop = check([r for r in results[:done] if r is not None])
     scored = [r for r in (results[: stop[0]] if stop else results) if r is not None]
     check_rollout_errors(ctx, scored)
     partial = None
@@ -269,6 +261,45 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
                        cfg.gate_length_penalty)
     blob = ctx.put_blob(canonical_json([r.model_dump(mode="json") for r in scored]))
     return scores, blob, usage_of([c for r in scored for c in r.all_calls()]), partial
+
+
+def reject_check(ctx: RunContext, state: RunState, split: str, order: list[dict[str, Any]], skill: str,
+                 current: float) -> Callable[[list[ItemResult]], tuple[int, float] | None]:
+    """Early reject's rule: given the scored prefix (in `order`), (its
+    length, the score bound) once it proves that `skill` cannot beat
+    `current`, else None."""
+    cfg = ctx.config
+    density = gate_rules.semantic_density(skill)
+    cost = gate_rules.length_cost(skill, cfg.gate_length_penalty)
+    if gating.rule_of(cfg).active:  # gate_rule paired or gate_type_margin: their exact bound
+        return gating.early_check(ctx, state, split, order, current, density, cost)
+    n = len(order)
+
+    def check(prefix: list[ItemResult]) -> tuple[int, float] | None:
+        found = gate_rules.early_reject_point([(r.hard, r.soft) for r in prefix], n, current, cfg.gate_metric,
+                                              cfg.gate_mixed_weight, density, cfg.semantic_density_weight, cost)
+        return found if found is not None and found[0] == len(prefix) else None
+
+    return check
+
+
+def early_prefix(ctx: RunContext, state: RunState, split: str, skill_hash: str,
+                 results: dict[str, ItemResult]) -> list[str]:
+    """The ids of the items early reject scores of `skill_hash` on `split`
+    before it stops (every item, when it never does), read off `results`:
+    those of a full evaluation, or the prefix an early reject recorded
+    (which gives the same answer). For the repair's `repair_prefix`."""
+    order = evaluation_order(ctx, state, split)
+    check = reject_check(ctx, state, split, order, ctx.blob(skill_hash),
+                         need(state.current_score, "the current score"))
+    prefix: list[ItemResult] = []
+    for item in order:
+        if item["id"] not in results:  # past a recorded early reject's prefix (its check stopped before)
+            break
+        prefix.append(results[item["id"]])
+        if check(prefix) is not None:
+            break
+    return [r.item_id for r in prefix]
 
 
 def evaluate_cached(ctx: RunContext, state: RunState, skill: str,

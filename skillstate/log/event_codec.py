@@ -104,6 +104,16 @@ def _v5_config(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "config": config}
 
 
+def _v6_config(payload: dict[str, Any]) -> dict[str, Any]:
+    """Runs written before RunStarted v7 (RunForked v6) ablated whole edits
+    only and paired every item the gate scored: a config without the keys
+    meant `repair_clauses` and `repair_prefix` off."""
+    config = dict(payload.get("config", {}))
+    config.setdefault("repair_clauses", False)
+    config.setdefault("repair_prefix", False)
+    return {**payload, "config": config}
+
+
 def _v1_gate(payload: dict[str, Any]) -> dict[str, Any]:
     """GateDecided v2 adds the robust rules' verdicts; a v1 decision was the strict rule's alone."""
     return payload
@@ -119,6 +129,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunStarted", 4): _v4_started,
     ("RunStarted", 5): _v5_config,
     ("RunForked", 4): _v5_config,
+    ("RunStarted", 6): _v6_config,
+    ("RunForked", 5): _v6_config,
     ("GateDecided", 1): _v1_gate,
 }
 

@@ -53,7 +53,7 @@ class Event(Frozen):
 
 class RunStarted(Event):
     type: ClassVar[str] = "RunStarted"
-    version: ClassVar[int] = 6
+    version: ClassVar[int] = 7
     config: dict[str, Any]
     initial_skill: str
     dataset: dict[str, dict[str, Any]]  # split -> {hash, count}
@@ -73,7 +73,7 @@ class RunStarted(Event):
 
 class RunForked(Event):
     type: ClassVar[str] = "RunForked"
-    version: ClassVar[int] = 5
+    version: ClassVar[int] = 6
     parent_run_id: str
     fork_step: int
     parent_event_count: int  # events of the parent's lineage inherited

@@ -73,9 +73,9 @@ def run_curves(loaded: LoadedRun) -> dict[str, Any]:
             row["calls"] += calls
             row["cumulative_cost_usd"] = total_usd
             row["cumulative_calls"] = total_calls
-            if isinstance(ev, CandidateEvaluated) and ev.partial is not None:
-                row["early_reject_bound"] = ev.partial.upper_bound
-                row["scored"] = [ev.partial.scored, ev.partial.of]
+            if isinstance(ev, CandidateEvaluated):  # the gated one: after a repair, the repaired candidate's
+                row["early_reject_bound"] = ev.partial.upper_bound if ev.partial is not None else None
+                row["scored"] = [ev.partial.scored, ev.partial.of] if ev.partial is not None else None
             if isinstance(ev, GateDecided):
                 row.update(decision=ev.decision, reason=ev.reason, candidate_score=ev.candidate_score)
         if isinstance(ev, SlowUpdateDecided):
