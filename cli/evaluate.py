@@ -16,6 +16,7 @@ from skillstate.cli.app import (
     resume_hint,
     set_option,
 )
+from skillstate.cli.interrupts import caught_interrupts
 from skillstate.cli.train import check_outputs, config_with_backend, json_events_option
 from skillstate.errors import UserError
 from skillstate.util import check_run_id
@@ -74,7 +75,7 @@ def evaluate(skill_file, split, data, env_name, backend, model, base_url, config
     progress = reporter(quiet=quiet, as_json=as_json, events=events)
     run_id = run_id or new_run_id("eval")  # known here, so that Ctrl-C can name it
     try:
-        with progress:
+        with caught_interrupts(), progress:
             result = evaluate_skill(config, split, store=store, run_id=run_id, on_progress=progress)
     except KeyboardInterrupt:
         if store.get_run(run_id) is None:

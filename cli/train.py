@@ -18,6 +18,7 @@ from skillstate.cli.app import (
     resume_hint,
     set_option,
 )
+from skillstate.cli.interrupts import caught_interrupts
 from skillstate.cli.read import positional
 from skillstate.errors import UserError
 from skillstate.util import check_run_id, parse_step
@@ -176,7 +177,7 @@ def train_and_report(trainer, as_json: bool = False, progress: LiveProgress | Pl
     from skillstate.cli.render import summary_text
 
     try:
-        with progress if progress is not None else nullcontext():
+        with caught_interrupts(), progress if progress is not None else nullcontext():
             result = trainer.train()
     except KeyboardInterrupt:
         raise Stopped(f"interrupted; the run is saved: resume with: {resume_hint(trainer.run_id)}",
