@@ -7,32 +7,31 @@ from collections import Counter
 
 from skillstate.cli.tables import Col, fmt, table_lines
 from skillstate.log.events import (
-    BankEvolved,
-    BankSeeded,
-    BankValidated,
     BaselineEvaluated,
     CandidateBuilt,
     CandidateEvaluated,
     EditsSelected,
-    EpochCompared,
-    EpochEnded,
     Event,
-    FinalValidated,
     GateDecided,
     LearningRateChosen,
-    MetaSkillWritten,
     PatchesMerged,
     PatchProposed,
     RolloutCompleted,
     RunCompleted,
     RunForked,
     RunStarted,
-    SkillsDistilled,
-    SlowUpdateDecided,
-    SlowUpdateProposed,
     StepStarted,
     StopConditionMet,
     TestEvaluated,
+)
+from skillstate.log.events_bank import BankEvolved, BankSeeded, BankValidated, SkillsDistilled
+from skillstate.log.events_epoch import (
+    EpochCompared,
+    EpochEnded,
+    FinalValidated,
+    MetaSkillWritten,
+    SlowUpdateDecided,
+    SlowUpdateProposed,
 )
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated

@@ -12,9 +12,6 @@ from skillstate.cli.notes import tool_use_lines, unrecorded_lines
 from skillstate.cli.tables import MIN_SHRUNK, Col, clip, fmt, output_width, table_lines, wrapped
 from skillstate.engine.context import Progress
 from skillstate.log.events import (
-    BankEvolved,
-    BankSeeded,
-    BankValidated,
     BaselineEvaluated,
     CandidateBuilt,
     CandidateEvaluated,
@@ -25,10 +22,10 @@ from skillstate.log.events import (
     PatchesMerged,
     PatchProposed,
     RolloutCompleted,
-    SkillsDistilled,
     StepStarted,
     TestEvaluated,
 )
+from skillstate.log.events_bank import BankEvolved, BankSeeded, BankValidated, SkillsDistilled
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.reducer import RunState
 from skillstate.reading import selection_report

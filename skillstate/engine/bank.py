@@ -22,15 +22,8 @@ from skillstate.engine.context import RunContext, item_view
 from skillstate.engine.parsing import parse_reply
 from skillstate.engine.prompting import compose, to_json
 from skillstate.engine.stages import evaluate_cached
-from skillstate.log.events import (
-    BankEvolved,
-    BankSeeded,
-    BankValidated,
-    CandidateBuilt,
-    Event,
-    ItemResult,
-    SkillsDistilled,
-)
+from skillstate.log.events import CandidateBuilt, Event, ItemResult
+from skillstate.log.events_bank import BankEvolved, BankSeeded, BankValidated, SkillsDistilled
 from skillstate.log.reducer import RunState, cache_key, need, step_progress
 from skillstate.util import seeded_rng
 

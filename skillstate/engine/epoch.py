@@ -14,12 +14,11 @@ from skillstate.engine.parsing import GuidanceReply, MemoReply, Reply, parse_rep
 from skillstate.engine.prompting import compose, to_json
 from skillstate.engine.stages import early_reject_reason, evaluate_cached, evaluate_early, rollout_items
 from skillstate.llm.base import CallResult
-from skillstate.log.events import (
+from skillstate.log.events import Event, ItemResult
+from skillstate.log.events_epoch import (
     EpochCompared,
     EpochEnded,
-    Event,
     FinalValidated,
-    ItemResult,
     MetaSkillWritten,
     SlowUpdateDecided,
     SlowUpdateProposed,

@@ -12,7 +12,8 @@ from typing import Any
 from skillstate.config import SkillConfig
 from skillstate.engine.context import RunContext
 from skillstate.errors import InternalError
-from skillstate.log.events import CandidateEvaluated, ItemResult, PairedTest, Scores, SlowUpdateDecided, TypeGuard
+from skillstate.log.events import CandidateEvaluated, ItemResult, PairedTest, Scores, TypeGuard
+from skillstate.log.events_epoch import SlowUpdateDecided
 from skillstate.log.prune_events import PruneDecided
 from skillstate.log.reducer import RunState, cache_key, need
 from skillstate.skillopt import gate as gate_rules

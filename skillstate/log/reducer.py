@@ -14,21 +14,14 @@ from types import MappingProxyType
 from skillstate.errors import CorruptLogError
 from skillstate.log import selection_fold
 from skillstate.log.events import (
-    BankEvolved,
-    BankSeeded,
-    BankValidated,
     BaselineEvaluated,
     CandidateBuilt,
     CandidateEvaluated,
     Edit,
     EditsSelected,
-    EpochCompared,
-    EpochEnded,
     Event,
-    FinalValidated,
     GateDecided,
     LearningRateChosen,
-    MetaSkillWritten,
     PatchesMerged,
     PatchProposed,
     RolloutCompleted,
@@ -36,13 +29,19 @@ from skillstate.log.events import (
     RunForked,
     RunStarted,
     Scores,
-    SkillsDistilled,
-    SlowUpdateDecided,
-    SlowUpdateProposed,
     StepStarted,
     StopConditionMet,
     TestEvaluated,
     Usage,
+)
+from skillstate.log.events_bank import BankEvolved, BankSeeded, BankValidated, SkillsDistilled
+from skillstate.log.events_epoch import (
+    EpochCompared,
+    EpochEnded,
+    FinalValidated,
+    MetaSkillWritten,
+    SlowUpdateDecided,
+    SlowUpdateProposed,
 )
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated

@@ -12,26 +12,21 @@ from typing import TypeVar
 
 from skillstate.errors import InternalError
 from skillstate.log.events import (
-    BankEvolved,
-    BankValidated,
     CandidateBuilt,
     CandidateEvaluated,
     Edit,
     EditsSelected,
-    EpochCompared,
     LearningRateChosen,
-    MetaSkillWritten,
     PatchesMerged,
     PatchProposed,
     RolloutCompleted,
     Scores,
-    SkillsDistilled,
-    SlowUpdateDecided,
-    SlowUpdateProposed,
     StopConditionMet,
     TestEvaluated,
     Usage,
 )
+from skillstate.log.events_bank import BankEvolved, BankValidated, SkillsDistilled
+from skillstate.log.events_epoch import EpochCompared, MetaSkillWritten, SlowUpdateDecided, SlowUpdateProposed
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneProposed

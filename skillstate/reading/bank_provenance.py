@@ -12,7 +12,8 @@ from skillstate.bank.document import read_bank
 from skillstate.bank.skills import BankSkill
 from skillstate.engine.runner import load_run
 from skillstate.errors import UserError
-from skillstate.log.events import BankEvolved, BankSeeded, GateDecided, RolloutCompleted, SkillsDistilled
+from skillstate.log.events import GateDecided, RolloutCompleted
+from skillstate.log.events_bank import BankEvolved, BankSeeded, SkillsDistilled
 from skillstate.log.reducer import need
 from skillstate.storage.store import Store
 

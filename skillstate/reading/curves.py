@@ -16,7 +16,8 @@ from typing import Any
 
 from skillstate.config import SIM_MODELS
 from skillstate.engine.loading import LoadedRun
-from skillstate.log.events import CandidateEvaluated, Event, GateDecided, SlowUpdateDecided, StepStarted
+from skillstate.log.events import CandidateEvaluated, Event, GateDecided, StepStarted
+from skillstate.log.events_epoch import SlowUpdateDecided
 from skillstate.log.reducer import RunState, stage_of
 from skillstate.pricing import cost_usd, price_for
 

@@ -9,7 +9,8 @@ from typing import Any, cast
 from skillstate.engine.loading import LoadedRun
 from skillstate.engine.runner import load_run
 from skillstate.errors import UserError
-from skillstate.log.events import Edit, GateDecided, PatchProposed, RolloutCompleted, SlowUpdateDecided
+from skillstate.log.events import Edit, GateDecided, PatchProposed, RolloutCompleted
+from skillstate.log.events_epoch import SlowUpdateDecided
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneDecided, PruneProposed

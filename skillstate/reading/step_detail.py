@@ -10,8 +10,6 @@ from typing import Any
 from skillstate.engine.loading import LoadedRun
 from skillstate.errors import NotFoundError
 from skillstate.log.events import (
-    BankEvolved,
-    BankValidated,
     CandidateBuilt,
     CandidateEvaluated,
     EditsSelected,
@@ -20,9 +18,9 @@ from skillstate.log.events import (
     PatchesMerged,
     PatchProposed,
     RolloutCompleted,
-    SkillsDistilled,
     StepStarted,
 )
+from skillstate.log.events_bank import BankEvolved, BankValidated, SkillsDistilled
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.reading.failures import event_call_refs, failed_calls
