@@ -11,6 +11,11 @@ from hypothesis import strategies as st
 from skillstate.skillopt import repair
 
 TYPES = ["a", "b", "c", "d"]
+
+
+def harmful_of(found: list[repair.Verdict]) -> list[int]:
+    """The edits the repair drops (whole-edit ablations: a verdict's index is the edit's)."""
+    return sorted(v.index for v in found if v.harmful)
 values = st.sampled_from([0.0, 0.25, 0.5, 1.0])
 
 
@@ -42,9 +47,10 @@ def test_ablating_edits_none_of_which_is_harmful_drops_nothing_and_keeps_the_can
     candidate = outcome(everything)
     found = repair.verdicts({i: outcome(everything - {i}) for i in ablated}, candidate)
     assert all(v.recovered == 0 and not v.harmful for v in found)
-    dropped = repair.to_drop(found)
+    dropped = harmful_of(found)
     assert dropped == []
-    assert repair.kept_edits(n_edits, dropped) == list(range(n_edits))  # the repaired candidate is the candidate
+    edits = list(range(n_edits))  # stand-ins: the repaired candidate is the candidate
+    assert repair.repaired_edits(edits, dropped, {}) == edits
 
 
 @settings(max_examples=300, deadline=None)
@@ -61,7 +67,7 @@ def test_a_harmful_edit_ablated_among_harmless_ones_is_the_one_dropped_when_its_
     found = repair.verdicts({i: outcome(everything - {i}) for i in ablated}, candidate)
     recovered = repair.recovery(outcome(everything - {culprit}), candidate)
     assert recovered >= 0  # removing an edit that only breaks never loses anything
-    assert repair.to_drop(found) == ([culprit] if recovered > 0 else [])
+    assert harmful_of(found) == ([culprit] if recovered > 0 else [])
 
 
 @settings(max_examples=300, deadline=None)
@@ -70,7 +76,7 @@ def test_a_harmful_edit_ablated_among_harmless_ones_is_the_one_dropped_when_its_
 def test_at_most_one_edit_is_dropped_and_it_recovers_strictly_the_most(outcomes, candidate):
     found = repair.verdicts(outcomes, candidate)
     assert [v.index for v in found] == sorted(outcomes)
-    dropped = repair.to_drop(found)
+    dropped = harmful_of(found)
     assert len(dropped) <= 1
     if dropped:
         top = next(v for v in found if v.index == dropped[0])
@@ -78,7 +84,7 @@ def test_at_most_one_edit_is_dropped_and_it_recovers_strictly_the_most(outcomes,
     else:  # nothing recovered, or two ablations recovered the same most: no culprit stands out
         best = max((v.recovered for v in found), default=0.0)
         assert best <= 0 or sum(1 for v in found if v.recovered == best) > 1
-    kept = repair.kept_edits(9, dropped)
+    kept = repair.repaired_edits(list(range(9)), dropped, {})
     assert sorted(kept + dropped) == list(range(9)) and kept == sorted(kept)
 
 

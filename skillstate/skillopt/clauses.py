@@ -6,7 +6,7 @@ helps and the other does harm, keeping or dropping the edit whole loses
 either way. The repair (`repair_clauses`) therefore also tries an edit
 without one of its clauses. These functions cut a text into clauses and
 put it back together without one of them, keeping its line structure and
-list markers. Pure and deterministic (tests/test_clauses_props.py).
+list markers. Pure and deterministic (property-tested in tests/test_repair_clauses.py).
 
 A clause ends at a semicolon followed by a space, at a sentence end (`.`,
 `!` or `?`) followed by a space and a capital letter, or at a line break.

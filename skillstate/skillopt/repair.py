@@ -29,8 +29,8 @@ def may_examine(cfg: Any, p: Any) -> bool:
     item (no early reject), so the repair pairs the same outcomes whether
     early reject is on or off, and the decisions stay those of a full
     evaluation. (A lone edit is not examined even when `repair_clauses` could
-    split it: that would score every one-edit candidate in full, for a
-    repair that measured no better.)"""
+    split it: scoring every one-edit candidate in full changed the clean
+    world's runs for the worse; bench/results/noisy-clauses.md.)"""
     return (cfg.repair == "ablate" and cfg.mode != "bank" and cfg.update_mode == "patch" and p.repair is None
             and p.selected is not None and len(p.selected.edits) >= 2)
 
@@ -174,17 +174,6 @@ def verdicts(outcomes: Mapping[int, Sequence[float]], candidate: Sequence[float]
         else:
             chosen = whole
     return [Verdict(index=u, recovered=r, harmful=u == chosen) for u, r in found.items()]
-
-
-def to_drop(found: Sequence[Verdict]) -> list[int]:
-    """The edits the repaired candidate leaves out: the harmful one (at most one per step)."""
-    return sorted(v.index for v in found if v.harmful)
-
-
-def kept_edits(count: int, dropped: Sequence[int]) -> list[int]:
-    """The indices (of the `count` selected edits) the repaired candidate applies, in order."""
-    gone = set(dropped)
-    return [i for i in range(count) if i not in gone]
 
 
 def gate_note(r: EditsAblated | None) -> str:
