@@ -63,16 +63,19 @@ def sweep(args: argparse.Namespace) -> None:
                 "skillstate_config": dict(parse_override(o) for o in args.overrides)}
         result = run_once(args.program, 0.0, items, spec, work / f"{args.world}-{seed}-{args.program}", args.world)
         row = {"seed": seed, "test": result["test_best"], "calls": sum(result["calls"].values()),
+               "unused": result.get("unused", 0),
                "expected": expected_accuracy(judge, result.get("best_skill", ""), test)}
         out.append(row)
-        print(f"seed {seed}: test {row['test']:.3f}, expected {row['expected']:.3f}, {row['calls']} calls",
+        print(f"seed {seed}: test {row['test']:.3f}, expected {row['expected']:.3f}, {row['calls']} calls "
+              f"({row['unused']} unused)",
               flush=True)
     (work / "results.json").write_text(json.dumps(out), encoding="utf-8")
     exp = [r["expected"] for r in out]
     sd = statistics.stdev(exp) if len(exp) > 1 else 0.0
     print(f"{args.program}, world {args.world}{''.join(', ' + o for o in args.overrides)}, {len(out)} seeds: "
           f"expected test accuracy {statistics.mean(exp):.3f} (sd {sd:.3f}, min {min(exp):.3f}); test "
-          f"{statistics.mean(r['test'] for r in out):.3f}; calls {statistics.mean(r['calls'] for r in out):.0f}")
+          f"{statistics.mean(r['test'] for r in out):.3f}; calls {statistics.mean(r['calls'] for r in out):.0f} "
+          f"({statistics.mean(r['unused'] for r in out):.0f} unused)")
 
 
 def compare(a_dir: str, b_dir: str) -> None:

@@ -138,6 +138,11 @@ class SkillConfig(Section):
         True, description="Stop scoring a candidate once it cannot beat the current score even if every item left "
                           "succeeded (the decision is the same as a full evaluation's; the items the current skill "
                           "failed are scored first).")
+    eval_order: Literal["failed_first", "hardness"] = Field(
+        "failed_first", description="The order early reject scores val items in: failed_first, those the current "
+                                    "skill failed first; hardness, within each of those groups the items that the "
+                                    "skills scored in full so far failed most often first (fewer items to a reject; "
+                                    "with repair_prefix the repair pairs that prefix).")
     early_reject_slow_update: bool = Field(
         True, description="With early_reject, also stop scoring a gated slow update (slow_update_gate) once it "
                           "cannot beat the current score.")

@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skillstate.engine.runner import lineage_events
+from skillstate.engine.stages import send_limit
+from skillstate.log.values import ItemResult
 from skillstate.reading.audit import audit, verify
 from skillstate.skillopt import gate
 from skillstate.trainer import Trainer
@@ -54,6 +56,30 @@ def test_an_early_reject_is_always_the_decision_a_full_evaluation_gives(case):
         # the fewest items: no shorter prefix proves it
         assert gate.early_reject_point(ordered[: k - 1], len(outcomes), current, metric, weight, density,
                                        density_weight) is None or k == 1
+
+
+@given(cases(), st.integers(1, 8))
+@settings(max_examples=800, deadline=None)
+def test_items_go_out_no_further_than_the_reject_can_come(case, width):
+    # stages.send_limit: from any scored prefix, the items it lets out all lie inside the prefix that proves the
+    # reject, so none of them goes unused; and it lets at least one out, so the evaluation always moves on
+    outcomes, order, metric, weight, density, density_weight, current = case
+    ordered = [outcomes[i] for i in order]
+    n = len(ordered)
+    items = [{"id": f"i{i}", "task_type": "t"} for i in range(n)]
+    results = [ItemResult(item_id=f"i{i}", task_type="t", hard=h, soft=s) for i, (h, s) in enumerate(ordered)]
+
+    def check(prefix):
+        found = gate.early_reject_point([(r.hard, r.soft) for r in prefix], n, current, metric, weight, density,
+                                        density_weight)
+        return found if found is not None and found[0] == len(prefix) else None
+
+    found = gate.early_reject_point(ordered, n, current, metric, weight, density, density_weight)
+    stop = found[0] if found is not None else n
+    for done in range(stop):
+        reach = send_limit(check, items, results[:done], width)
+        assert 1 <= reach <= width
+        assert done + reach <= stop or found is None
 
 
 @given(st.lists(st.sampled_from([0.0, 1.0]), min_size=2, max_size=30), st.integers(0, 30))

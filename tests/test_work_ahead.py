@@ -87,6 +87,15 @@ def test_the_work_at_the_start_is_all_used(tmp_path):
         r: u["sent"] for r, u in off.summary["usage"].items()}
 
 
+def test_an_early_reject_leaves_no_call_in_flight_unused(tmp_path, plain):
+    # items go out only as far as all of them failing could take the reject (stages.send_limit)
+    result = _run(tmp_path, "reject", InFlight(0.01), overlap_start=False, speculative_rollout=False)
+    assert _events(result.store, "r") == _events(plain.store, "r")
+    assert any(s.type == "CandidateEvaluated" and s.event.partial is not None
+               for s in lineage_events(result.store, "r"))
+    assert all(u["unused"] == 0 for u in result.summary["usage"].values())
+
+
 def test_speculation_that_misses_is_counted_as_unused(tmp_path):
     result = _run(tmp_path, "spec", InFlight(0.01), speculative_rollout=True, early_reject=False)
     usage = result.summary["usage"]["target"]

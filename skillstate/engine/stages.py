@@ -208,13 +208,21 @@ def evaluate_candidate(ctx: RunContext, state: RunState) -> list[Event]:
 
 def evaluation_order(ctx: RunContext, state: RunState, split: str) -> list[dict[str, Any]]:
     """The split's items, those the current skill failed first (from its
-    recorded results, when the log has them), each group in split order."""
+    recorded results, when the log has them), each group in split order;
+    with `eval_order: hardness`, each group puts first the items that the
+    skills scored in full on the split failed most often."""
     items = ctx.env.items(split)
     blob = state.results_cache.get(cache_key(split, state.current_skill or ""))
     if not blob:
         return items
     failed = {r["item_id"] for r in json.loads(ctx.blob(blob)) if r.get("hard", 0) < 1}
-    return [i for i in items if i["id"] in failed] + [i for i in items if i["id"] not in failed]
+    misses: Counter[str] = Counter()
+    if ctx.config.eval_order == "hardness":
+        prefix = cache_key(split, "")
+        for key in sorted(k for k in state.results_cache if k.startswith(prefix)):
+            misses.update(r["item_id"] for r in json.loads(ctx.blob(state.results_cache[key])) if r.get("hard", 0) < 1)
+    rank = {i["id"]: (i["id"] not in failed, -misses[i["id"]], n) for n, i in enumerate(items)}
+    return sorted(items, key=lambda i: rank[i["id"]])
 
 
 def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str,
@@ -237,10 +245,13 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
     sent = done = 0
     stop: tuple[int, float] | None = None
     check = reject_check(ctx, state, split, order, skill, current)
+    reach, reach_at = width, -1  # how far past the scored prefix items go out (`send_limit`), for `done` at reach_at
     ctx.expect_calls(ctx.rollout_calls(n))
     with ctx.burst(n):
         while (sent < n and stop is None) or pending:
-            while sent < n and stop is None and len(pending) < width:
+            if reach_at != done:
+                reach, reach_at = send_limit(check, order, [r for r in results[:done] if r is not None], width), done
+            while sent < n and stop is None and len(pending) < width and sent < done + reach:
                 pending[ctx.submit(rollout_one, ctx, skill, order[sent])] = sent
                 sent += 1
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -261,6 +272,22 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
                        cfg.gate_length_penalty)
     blob = ctx.put_blob(canonical_json([r.model_dump(mode="json") for r in scored]))
     return scores, blob, usage_of([c for r in scored for c in r.all_calls()]), partial
+
+
+def send_limit(check: Callable[[list[ItemResult]], tuple[int, float] | None], order: list[dict[str, Any]],
+               prefix: list[ItemResult], width: int) -> int:
+    """How many items past the scored `prefix` (in `order`) may be out at
+    once with none of them going unused at an early reject: the fewest
+    further items whose failing would prove the reject, at most `width`. A
+    failure is the outcome that favours a reject most under every rule, so
+    a reject cannot come sooner. Only the calls sent depend on this, never
+    what the evaluation records."""
+    tail: list[ItemResult] = []
+    for item in order[len(prefix): len(prefix) + width]:
+        tail.append(ItemResult(item_id=item["id"], task_type=item.get("task_type", ""), hard=0.0, soft=0.0))
+        if check(prefix + tail) is not None:
+            return len(tail)
+    return width
 
 
 def reject_check(ctx: RunContext, state: RunState, split: str, order: list[dict[str, Any]], skill: str,
