@@ -23,8 +23,8 @@ from skillstate.util import check_run_id
 
 
 @cli.command("eval")
-@click.option("--skill", "skill_file", required=True, type=click.Path(dir_okay=False),
-              help="The skill (markdown) to score.")
+@click.option("--skill", "skill_file", required=True, type=click.Path(),
+              help="The skill to score: markdown, or an Agent Skills directory or archive (its SKILL.md).")
 @click.option("--split", default="test", show_default=True, help="train, val or test.")
 @click.option("--data", type=click.Path(), help="Dataset directory (train/val/test .jsonl); default with "
                                                   "backend sim: the bundled simulated world.")

@@ -224,6 +224,9 @@ def why(args, as_json, db) -> None:
         return
     info = explain(store, run_id, text)
     missing = f"{info['text']!r} is not in the best skill of run {info['run_id']} (nor in any skill it had)"
+    if info.get("in_files"):
+        missing = (f"{info['text']!r} is not in the SKILL.md run {info['run_id']} trains, but in "
+                   f"{', '.join(info['in_files'])}, which the run keeps as read from the skill directory")
     if as_json:
         echo_json(info)
     elif info["found"]:
@@ -273,20 +276,36 @@ def audit(run_id, expect_head, as_json, db) -> None:
 @click.argument("run_id", required=False)
 @click.option("--step", help="The skill after this step (default: the end of the run).")
 @click.option("--best", is_flag=True, help="The best skill rather than the current one.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write to FILE.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
+              help="Write to FILE: markdown, or an Agent Skills archive when FILE ends in .skill or .zip.")
+@click.option("--into", type=click.Path(file_okay=False),
+              help="Write the skill as the Agent Skills directory INTO/NAME (e.g. --into .claude/skills).")
+@click.option("--force", is_flag=True, help="With --into or an archive: replace what is there (a skill directory "
+                                            "or an archive only).")
 @db_option
-def export(run_id, step, best, output, db) -> None:
-    """Print (or write) a skill as markdown. Default: the run's best skill.
+def export(run_id, step, best, output, into, force, db) -> None:
+    """Print (or write) a skill as markdown, or write it as an Agent Skill
+    that installs as is. Without --step: the run's best skill.
+
+    A run of a skill directory (or archive) exports that directory with
+    its SKILL.md as trained; a markdown skill exports as an Agent Skill only
+    when it opens with a front matter naming it; a bank (mode bank) exports
+    with --into as one Agent Skill per bank skill.
 
     \b
     Examples:
         skillstate export -o skill.md
         skillstate export my-run --step 3
+        skillstate export --into .claude/skills
+        skillstate export -o my-skill.skill
     """
     from skillstate.reading.history import skill_at
     from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
+    if into or (output and output.lower().endswith((".skill", ".zip"))):
+        _export_tree(store, run_id, step_arg(step), best, output, into, force)
+        return
     _, text = skill_at(store, run_id, step_arg(step), best=best)
     if output:
         try:
@@ -295,6 +314,31 @@ def export(run_id, step, best, output, db) -> None:
             raise UserError(f"cannot write {output}: {err.strerror or err}") from None
     else:
         click.echo(text, nl=not text.endswith("\n"))
+
+
+def _export_tree(store, run_id, step, best, output, into, force) -> None:
+    from skillstate.reading.skill_export import installable_skills
+    from skillstate.skilltree import write_archive, write_directory
+
+    if output and into:
+        raise UserError("give either --into DIR or an archive with -o, not both")
+    rid, skills = installable_skills(store, run_id, step, best=best)
+    if into:
+        targets = [Path(into).expanduser() / name for name, _ in skills]
+        if not force:  # refuse before writing any, so a bank is never half exported
+            taken = next((t for t in targets if t.exists() and (not t.is_dir() or any(t.iterdir()))), None)
+            if taken is not None:
+                raise UserError(f"{taken}: exists (pass --force to replace it)")
+        for (name, tree), target in zip(skills, targets, strict=True):
+            written = write_directory(tree, target, replace=force)
+            click.echo(f"wrote {written}: {name}/ with {len(tree)} files")
+        return
+    if len(skills) > 1:
+        raise UserError(f"run {rid!r} is a bank of {len(skills)} skills: write them with --into DIR, one "
+                        "directory each")
+    name, tree = skills[0]
+    written = write_archive(tree, output, name, replace=force)
+    click.echo(f"wrote {written}: {name}/ with {len(tree)} files")
 
 
 @cli.command("export-sft")

@@ -233,6 +233,10 @@ def summary_text(s: dict[str, Any], width: int | None = None) -> str:
                                    f"({s['new_best']} new best), {s['rejects']} rejected, {s['skips']} skipped", width)
     if s.get("stopped"):
         lines.extend(wrapped(f"stopped: {s['stopped']['reason']}", width))
+    if s.get("skill_tree"):
+        tree = s["skill_tree"]
+        lines.extend(wrapped(f"skill: the Agent Skills directory {tree['name']} ({len(tree['files'])} files; "
+                             f"{tree['trained']} is trained, the others are kept as read)", width))
     lines.append("")
     test = s["test"]
     rows = []
@@ -337,6 +341,8 @@ def why_text(info: dict[str, Any]) -> str:
                                     ("best", "in_best_skill")) if info[key]]
     found = "the " + " and ".join(where) + " skill" if where else "no skill of this run (initial, current or best)"
     lines = [f"run {info['run_id']}: {info['text']!r} is in {found}"]
+    if info.get("in_files"):
+        lines.append(f"  also in {', '.join(info['in_files'])} (kept as read from the skill directory)")
     for c in info["changes"]:
         when = (f"step {c['step']} (epoch {c['epoch']})" if c["by"] == "step"
                 else f"prune after step {c['step']} (epoch {c['epoch']})" if c["by"] == "prune"

@@ -49,7 +49,9 @@ class SkillConfig(Section):
         None, description="Dataset directory with train/val/test .jsonl; with backend sim and no data, the bundled "
                           "simulated world.")
     initial_skill: str | None = Field(
-        None, description="Markdown file with the starting skill; default: the environment's.")
+        None, description="The starting skill: a markdown file, or an Agent Skills directory (or its SKILL.md, or a "
+                          ".skill/.zip archive), whose SKILL.md is trained with its front matter protected; "
+                          "default: the environment's.")
     optimizer: OptimizerModelConfig = Field(default_factory=OptimizerModelConfig)
     target: TargetModelConfig = Field(default_factory=TargetModelConfig)
     episode: EpisodeConfig = Field(default_factory=EpisodeConfig)

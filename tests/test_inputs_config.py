@@ -264,7 +264,7 @@ def test_a_fifo_is_refused_not_read(tmp_path, fifo, make_args):
 
 def test_a_directory_as_skill_is_refused(db, tmp_path):
     (tmp_path / "skill").mkdir()
-    refused(db, "run", "--set", f"initial_skill={tmp_path / 'skill'}", match="a directory")
+    refused(db, "run", "--set", f"initial_skill={tmp_path / 'skill'}", match="SKILL.md is missing")
 
 
 LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(

@@ -227,3 +227,24 @@ def test_refusals_are_one_line(world, monkeypatch):
     monkeypatch.setitem(sys.modules, "mlflow", None)
     res = export(url, tracking, "base", code=2)
     assert res.output.strip() == "Error: exporting to MLflow needs mlflow: pip install 'skillstate[mlflow]'"
+
+
+def test_a_run_of_a_skill_directory_logs_its_best_skill_as_an_archive_that_installs(tmp_path):
+    from conftest import EXAMPLES
+
+    from skillstate.skilltree import load_skill, validate_skill
+
+    url = f"sqlite:///{tmp_path / 'dir.db'}"
+    store = Store(url)
+    Trainer(small_config(num_epochs=1, initial_skill=str(EXAMPLES / "skills" / "short-answers")), store=store,
+            run_id="d").train()
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    export(url, tracking, "d", "--experiment", "dirs")
+    client, (run,) = mlflow_runs(tracking, "dirs", "d")
+    assert "skills/short-answers.skill" in {f.path for f in client.list_artifacts(run.info.run_id, "skills")}
+    got = load_skill(client.download_artifacts(run.info.run_id, "skills/short-answers.skill", str(tmp_path)))
+    assert validate_skill(got.tree, got.dir_name).ok
+    exported = CliRunner().invoke(cli, ["export", "d", "-o", str(tmp_path / "x.skill"), "--db", url])
+    assert exported.exit_code == 0, exported.output
+    assert got.tree == load_skill(tmp_path / "x.skill").tree
+    store.close()

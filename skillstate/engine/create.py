@@ -12,6 +12,7 @@ from skillstate import __version__
 from skillstate.config import SkillConfig, public_config, redact, validate_config
 from skillstate.config_sources import merge_overrides
 from skillstate.engine.loading import checked_prefix, lineage_events, new_run_id, roles_of, state_of, step_boundary
+from skillstate.engine.skill_source import InitialSkill, is_skill_tree_path, read_initial_skill
 from skillstate.envs import QAEnv, SkillEnv
 from skillstate.envs.episode import EpisodeEnv
 from skillstate.envs.registry import construct_env, env_settings, resolve_env
@@ -69,14 +70,10 @@ def _imported_trajectories(path: str) -> str:
         raise ConfigError(f"trajectories {path}: values nested too deeply to read") from None
 
 
-def _initial_skill(config: SkillConfig, default: str | None, env: SkillEnv) -> str:
+def _initial_skill(config: SkillConfig, default: str | None, env: SkillEnv) -> InitialSkill:
     if config.initial_skill:
-        try:
-            return read_input_text(config.initial_skill)
-        except (OSError, UnicodeDecodeError) as err:
-            raise ConfigError(f"cannot read initial skill {config.initial_skill}: "
-                              f"{getattr(err, 'strerror', None) or err}") from None
-    return default if default is not None else env.default_skill()
+        return read_initial_skill(config.initial_skill)
+    return InitialSkill(default if default is not None else env.default_skill())
 
 
 # More steps than this is a mistake, not a plan (SkillOpt's own runs have tens).
@@ -155,10 +152,15 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     if config.mode == "bank":  # the bank is the run's skill: an empty one, or a bank file
         from skillstate.bank.document import EMPTY_BANK, bank_text, read_bank
 
+        if config.initial_skill and is_skill_tree_path(config.initial_skill):
+            raise ConfigError(f"initial skill {config.initial_skill}: mode bank starts from a bank file (JSON), "
+                              "not an Agent Skills directory or archive")
         env = construct_env(env_cls, splits, settings, config.env) if config.initial_skill else None
-        skill = bank_text(read_bank(_initial_skill(config, None, env)) if env is not None else EMPTY_BANK)
+        skill = bank_text(read_bank(_initial_skill(config, None, env).text) if env is not None else EMPTY_BANK)
+        source = InitialSkill(skill)
     else:
-        skill = _initial_skill(config, default_skill, construct_env(env_cls, splits, settings, config.env))
+        source = _initial_skill(config, default_skill, construct_env(env_cls, splits, settings, config.env))
+        skill = source.text
     prompts = resolve_prompts(config.prompts)
     blobs: dict[str, str] = {}
 
@@ -170,6 +172,9 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     dataset = {name: {"hash": put(canonical_json(items)), "count": len(items)} for name, items in splits.items()}
     imported = put(_imported_trajectories(config.bank.trajectories)) if config.mode == "bank" and \
         config.bank.trajectories else None
+    tree = source.encoded
+    if tree is not None:
+        blobs.update(tree.blobs)
     spe = steps_per_epoch(len(splits[config.train_split]), config.batch_size, config.accumulation)
     if not eval_split:
         check_schedule(spe * config.num_epochs)
@@ -182,6 +187,8 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
         prompts={name: put(text) for name, text in prompts.items()},
         steps_per_epoch=0 if eval_split else spe, total_steps=0 if eval_split else spe * config.num_epochs,
         trajectories=imported,
+        skill_tree=tree.root_hash if tree is not None else None,
+        skill_tree_blobs=sorted(h for h in tree.blobs if h != tree.root_hash) if tree is not None else [],
         package_version=__version__, kind="eval" if eval_split else "train", eval_split=eval_split,
     )
     store.append(run_id, [event], last_seq=0, last_hash=GENESIS, blobs_to_put=blobs,

@@ -238,7 +238,18 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
         if verify_until is None and price_for(model, config.prices) is None:
             ctx.warn(f"no price for model {model!r} ({' and '.join(roles)}): its calls count as $0; "
                      f"add it with --set 'prices={{\"{model}\": [IN, OUT]}}' (USD per 1M tokens)")
+    if state.skill_tree and verify_until is None and state.last_completed_step == 0 and not state.parent_run_id:
+        for warning in skill_tree_warnings(store, state.skill_tree):  # at the start (and a resume before step 1)
+            ctx.warn(warning)
     return ctx
+
+
+def skill_tree_warnings(store: Store, root: str) -> list[str]:
+    """What `skillstate skill check` warns about in the skill directory a run started from."""
+    from skillstate.engine.skill_source import stored_tree
+    from skillstate.skilltree import validate_skill
+
+    return [f"skill: {w}" for w in validate_skill(stored_tree(store.get_blob(root), store.get_blobs)).warnings]
 
 
 def run_budget(store: Store, run_id: str, config: SkillConfig) -> Budget:

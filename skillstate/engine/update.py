@@ -14,7 +14,7 @@ from skillstate.engine.prompting import compose, edits_json, to_json
 from skillstate.log.events import CandidateBuilt, Edit, EditsSelected, Event, LearningRateChosen
 from skillstate.log.reducer import RunState, need, step_progress
 from skillstate.skillopt.editor import CHANGED, apply_edits
-from skillstate.skillopt.guidance import body_of, guidance_of, protect, with_guidance
+from skillstate.skillopt.guidance import body_of, front_of, guidance_of, protect, with_guidance
 from skillstate.skillopt.scheduler import clamp_edit_count
 from skillstate.skillopt.screen import screen_edits
 
@@ -88,15 +88,15 @@ def select(ctx: RunContext, state: RunState) -> list[Event]:
 
 
 def patch_skill(base: str, edits: list[Edit]):
-    """Apply edits to the skill's body and put its slow-update block back.
-    Returns (text, apply report, whether the edits wrote block markers that
-    had to be removed)."""
+    """Apply edits to the skill's body and put its front matter and its
+    slow-update block back. Returns (text, apply report, whether the edits
+    wrote block markers or a front matter that had to be removed)."""
     body = body_of(base)
     text, report = apply_edits(body, edits)
     restored = body_of(text) != text
     if not any(r.status in CHANGED for r in report):
         text = body  # nothing applied: the base, in canonical form (itself when it already is)
-    return with_guidance(text, guidance_of(base)), report, restored
+    return with_guidance(text, guidance_of(base), front_of(base)), report, restored
 
 
 def update(ctx: RunContext, state: RunState) -> list[Event]:

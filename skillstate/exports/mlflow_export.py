@@ -14,7 +14,8 @@ One skillstate run becomes one MLflow run, found again by its tag
   step, the counts of decisions and the run's cost;
 - artifacts: `skills/initial.md`, `skills/step_NNN.md` (the skill each
   accepted step made current), `skills/best.md`, for a fork
-  `skills/fork_start.md`, and `curves.json` (`skillstate.reading.curves.run_curves`);
+  `skills/fork_start.md`, `curves.json` (`skillstate.reading.curves.run_curves`), and for a
+  run of an Agent Skills directory `skills/NAME.skill`, its best skill as an archive that installs;
 - tags: `skillstate.run_id`, `.kind`, `.status`, `.head` (SEQ:HASH of the
   run's last event, as `skillstate head` prints it), `.exported_steps`,
   `.database` (without its password), and for a fork `.parent_run_id`,
@@ -345,8 +346,24 @@ class _Exporter:
                 path.write_text(texts[blob], encoding="utf-8")
             (root / "curves.json").write_text(json.dumps(curves, indent=1, ensure_ascii=False, default=str),
                                               encoding="utf-8")
+            archived = self._skill_archive(loaded, root / "skills") if state.skill_tree and state.best_skill else 0
             self.client.log_artifacts(mlflow_run_id, str(root))
-        return len(files) + 1
+        return len(files) + 1 + archived
+
+    def _skill_archive(self, loaded: Any, folder: Path) -> int:
+        """A run of an Agent Skills directory: its best skill as the archive
+        `skills/NAME.skill`, which installs as is (none when it no longer
+        passes the checks; `skillstate export` then says why)."""
+        from skillstate.errors import UserError
+        from skillstate.reading.skill_export import installable_skill
+        from skillstate.skilltree import write_archive
+
+        try:
+            _, tree, name = installable_skill(self.store, loaded.run_id)
+        except UserError:
+            return 0
+        write_archive(tree, folder / f"{name}.skill", name)
+        return 1
 
 
 def _sqlite_artifact_location(tracking_uri: str) -> str | None:

@@ -113,6 +113,12 @@ def _v6_config(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "config": config}
 
 
+def _v7_started(payload: dict[str, Any]) -> dict[str, Any]:
+    """RunStarted v8 may name the skill tree (an Agent Skills directory) the
+    run's SKILL.md came from; a v7 run trained a markdown file, which has none."""
+    return payload
+
+
 def _v1_gate(payload: dict[str, Any]) -> dict[str, Any]:
     """GateDecided v2 adds the robust rules' verdicts; a v1 decision was the strict rule's alone."""
     return payload
@@ -130,6 +136,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunForked", 4): _v5_config,
     ("RunStarted", 6): _v6_config,
     ("RunForked", 5): _v6_config,
+    ("RunStarted", 7): _v7_started,
     ("GateDecided", 1): _v1_gate,
 }
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from skillstate.log.values import (  # noqa: F401  (re-exported: events are built from these)
     ApplyEntry,
@@ -51,7 +51,7 @@ class Event(Frozen):
 
 class RunStarted(Event):
     type: ClassVar[str] = "RunStarted"
-    version: ClassVar[int] = 7
+    version: ClassVar[int] = 8
     config: dict[str, Any]
     initial_skill: str
     dataset: dict[str, dict[str, Any]]  # split -> {hash, count}
@@ -63,10 +63,24 @@ class RunStarted(Event):
     kind: str = "train"  # train | eval (scores one skill, no steps)
     eval_split: str | None = None
     trajectories: str | None = None  # mode bank: the imported trajectories (bank.trajectories), as a blob
+    # an Agent Skills directory or archive as initial_skill: the tree it was read from (its blob, from
+    # skilltree.encode_tree) and the blobs of its files; the run trains its SKILL.md (`initial_skill`).
+    # Both are left out of the stored payload when there is none, so a markdown skill's event reads as before.
+    skill_tree: str | None = None
+    skill_tree_blobs: list[str] = []
+
+    @model_serializer(mode="wrap")
+    def _without_tree_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("skill_tree") is None:
+            data.pop("skill_tree", None)
+            data.pop("skill_tree_blobs", None)
+        return data
 
     def blob_refs(self) -> list[str]:
         return [self.initial_skill, *(s["hash"] for s in self.dataset.values()), *self.prompts.values(),
-                *([self.trajectories] if self.trajectories else [])]
+                *([self.trajectories] if self.trajectories else []),
+                *([self.skill_tree, *self.skill_tree_blobs] if self.skill_tree else [])]
 
 
 class RunForked(Event):

@@ -124,6 +124,7 @@ class RunState:
     prompts: Mapping = field(default_factory=lambda: EMPTY)
     dataset: Mapping = field(default_factory=lambda: EMPTY)
     initial_skill: str | None = None
+    skill_tree: str | None = None  # the Agent Skills tree initial_skill's SKILL.md came from (RunStarted)
     parent_run_id: str | None = None
     fork_step: int | None = None
     steps_per_epoch: int = 0

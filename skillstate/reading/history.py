@@ -152,7 +152,20 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
         "cost": cost_summary(sent_rows, dict(s.config), own, roles_of(s.kind)),
         "failures": failed_calls(refs),
         "tool_use": tool_use(store, str(s.config.get("env", "qa")), refs),
+        **({"skill_tree": skill_tree_summary(store, s.skill_tree)} if s.skill_tree else {}),
     }
+
+
+def skill_tree_summary(store: Store, root: str) -> dict[str, Any]:
+    """The Agent Skills directory a run started from: its name and its files (the run trains SKILL.md)."""
+    from skillstate.engine.skill_source import skill_md_path, stored_tree
+    from skillstate.skilltree import parse_front_matter
+
+    tree = stored_tree(store.get_blob(root), store.get_blobs)
+    trained = skill_md_path(tree)
+    front = parse_front_matter(tree[trained].text)
+    return {"name": front.fields.get("name") if front else None, "trained": trained,
+            "files": [{"path": path, "size": f.size, "kind": f.kind} for path, f in tree.items()]}
 
 
 def with_failed_tokens(own: RunState, extra: dict[str, dict[str, tuple[int, int]]]) -> RunState:

@@ -97,12 +97,23 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
         "run_id": loaded.run_id,
         "text": text,
         **where,
+        # a run of an Agent Skills directory: the other files that hold the text (kept as read, never trained)
+        **({"in_files": kept_files_with(store, state.skill_tree, text)} if state.skill_tree else {}),
         # False: the text was never in the run's current skill (nor is in its best): nothing to explain
         "found": any(where.values()) or bool(changes) or bool(dropped),
         "changes": changes,
         "dropped": dropped,
         "origin": origin,
     }
+
+
+def kept_files_with(store: Store, root: str, text: str) -> list[str]:
+    """The paths of the skill directory's files other than its SKILL.md that hold `text`."""
+    from skillstate.engine.skill_source import skill_md_path, stored_tree
+
+    tree = stored_tree(store.get_blob(root), store.get_blobs)
+    trained = skill_md_path(tree)
+    return [path for path, f in tree.items() if path != trained and not f.is_binary and text in f.text]
 
 
 def ev_epoch(state: RunState) -> int:

@@ -4,12 +4,20 @@ The slow update's guidance lives in one protected block at the end of the
 skill, between two markers. Step updates never see it: they edit the body
 (the skill without the block) and the block is put back unchanged, whatever
 the edits, the rewrite call or the full-rewrite analysts did to the text.
+
+An Agent Skills `SKILL.md` opens with a YAML front matter (its `name` and
+`description`, which agents read to decide when to load it). It is
+protected the same way: the body leaves it out, and the skill's own front
+matter is put back before the body, so no edit can break it.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+
+from skillstate.errors import UserError
+from skillstate.skilltree.frontmatter import parse_front_matter
 
 START = "<!-- SLOW_UPDATE_START -->"
 END = "<!-- SLOW_UPDATE_END -->"
@@ -37,27 +45,42 @@ def strip_markers(text: str) -> str:
     return text
 
 
+def front_of(skill: str) -> str:
+    """The front matter that opens `skill`, its fences included, exactly as
+    written; "" when the skill does not open with one that reads as a YAML
+    mapping (a markdown document that starts with a rule line keeps it in
+    its body)."""
+    try:
+        front = parse_front_matter(skill)
+    except UserError:
+        return ""
+    return "" if front is None else skill[: len(skill) - len(front.body)]
+
+
 def body_of(skill: str) -> str:
-    """The skill without any block and without stray markers."""
-    return strip_markers(_BLOCK.sub("", skill))
+    """The skill without its front matter, without any block and without stray markers."""
+    return strip_markers(_BLOCK.sub("", skill[len(front_of(skill)):]))
 
 
-def with_guidance(skill: str, guidance: str | None) -> str:
-    """The skill's body followed by exactly one block holding `guidance`
-    (no block at all when `guidance` is None)."""
+def with_guidance(skill: str, guidance: str | None, front: str | None = None) -> str:
+    """`front` (by default the skill's own front matter), the skill's body,
+    then exactly one block holding `guidance` (no block at all when
+    `guidance` is None)."""
     body = body_of(skill)
+    front = front_of(skill) if front is None else front
     if guidance is None:
-        return body
+        return front + body
     guidance = strip_markers(guidance).strip("\n")
     sep = "" if not body or body.endswith("\n\n") else ("\n" if body.endswith("\n") else "\n\n")
-    return f"{body}{sep}{START}\n{guidance}\n{END}\n"
+    return f"{front}{body}{sep}{START}\n{guidance}\n{END}\n"
 
 
 def protect(base: str, candidate: str) -> tuple[str, bool]:
-    """`candidate` with `base`'s block (or absence of one) restored.
+    """`candidate` with `base`'s front matter and block (or absence of
+    either) restored.
 
     Returns the protected text and whether anything had to be restored."""
-    fixed = with_guidance(candidate, guidance_of(base))
+    fixed = with_guidance(candidate, guidance_of(base), front_of(base))
     return fixed, fixed != candidate
 
 

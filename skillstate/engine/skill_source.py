@@ -1,0 +1,94 @@
+"""Where a run's initial skill comes from: a markdown file, as always, or an
+Agent Skills directory or `.zip`/`.skill` archive (issue 23).
+
+A run of a directory trains its `SKILL.md`: the text the target is shown and
+the optimizer edits is that file, whole, and its front matter is protected
+as the slow update's block is (`skillopt.guidance`). The directory itself
+(the references, scripts and assets beside `SKILL.md`) is recorded once, in
+`RunStarted`, as a tree blob and its file blobs, so that `export` can write
+the trained skill back as a directory or an archive that installs as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from skillstate.errors import ConfigError, UserError
+from skillstate.input_files import read_input_text
+from skillstate.skilltree import (
+    SKILL_MD,
+    EncodedTree,
+    SkillReport,
+    SkillTree,
+    decode_tree,
+    encode_tree,
+    load_skill,
+    validate_skill,
+)
+from skillstate.skilltree.archive import is_archive_path
+from skillstate.skilltree.frontmatter import parse_front_matter
+
+
+@dataclass(frozen=True)
+class InitialSkill:
+    """The text the run trains, and for a directory or an archive its tree
+    (`encoded`, the blobs to store) and the checks it passed (`report`,
+    whose warnings the caller may show)."""
+
+    text: str
+    encoded: EncodedTree | None = None
+    report: SkillReport | None = None
+
+
+def is_skill_tree_path(path: str | Path) -> bool:
+    """Whether `path` names an Agent Skills directory, an archive, or the
+    SKILL.md of a skill directory: a file named exactly SKILL.md whose front
+    matter names its directory. Any other file is a markdown skill, as it
+    always was (a `skill.md` beside a project's other files trains alone)."""
+    given = Path(path).expanduser()
+    if given.is_dir() or is_archive_path(given):
+        return True
+    if given.name != SKILL_MD:
+        return False
+    try:
+        front = parse_front_matter(read_input_text(given))
+    except (OSError, UnicodeDecodeError, UserError):
+        return False  # read as markdown, which says what is wrong with it
+    return front is not None and front.fields.get("name") == given.resolve().parent.name
+
+
+def read_initial_skill(path: str) -> InitialSkill:
+    """The skill at `path`. A markdown file is read as it always was; a
+    directory (or its SKILL.md) or an archive must be a valid Agent Skill:
+    `ConfigError` in one line naming the first problem."""
+    if not is_skill_tree_path(path):
+        try:
+            return InitialSkill(read_input_text(path))
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"cannot read initial skill {path}: {getattr(err, 'strerror', None) or err}") from None
+    try:
+        loaded = load_skill(Path(path).expanduser())
+        report = validate_skill(loaded.tree, loaded.dir_name)
+        report.raise_if_invalid()
+    except UserError as err:
+        raise ConfigError(f"initial skill {path}: {err}") from None
+    return InitialSkill(loaded.tree[skill_md_path(loaded.tree)].text, encode_tree(loaded.tree), report)
+
+
+def skill_md_path(tree: SkillTree) -> str:
+    """The path of the tree's SKILL.md (`skill.md` in a tree that has only that spelling, which the
+    check warns about)."""
+    return SKILL_MD if SKILL_MD in tree or "skill.md" not in tree else "skill.md"
+
+
+def trained_tree(tree: SkillTree, skill_md: str) -> SkillTree:
+    """`tree` with its SKILL.md replaced by the trained text `skill_md`."""
+    return tree.with_text(skill_md_path(tree), skill_md)
+
+
+def stored_tree(root: str, blobs: Callable[[list[str]], Mapping[str, str]]) -> SkillTree:
+    """The tree a run recorded (RunStarted.skill_tree's blob text `root`), its files read through
+    `blobs` (as `Store.get_blobs` returns them)."""
+    return decode_tree(root, blobs)

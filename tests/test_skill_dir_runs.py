@@ -1,0 +1,157 @@
+"""Training an Agent Skills directory (issue 23, its first part): the run
+trains the directory's SKILL.md with its front matter protected, records
+the directory once in RunStarted, replays and audits like any run, and
+exports a directory or an archive that installs as is. A markdown skill's
+run records exactly what it did before."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES, small_config
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from run_helpers import call
+from test_inputs_config import refused
+
+from skillstate.engine.runner import lineage_events
+from skillstate.engine.update import patch_skill
+from skillstate.log.events import RunStarted
+from skillstate.log.values import Edit
+from skillstate.reading.audit import audit, verify
+from skillstate.skillopt.guidance import body_of, front_of, protect, with_guidance
+from skillstate.skilltree import load_skill, validate_skill
+from skillstate.storage.store import Store
+from skillstate.trainer import Trainer
+
+SKILL_DIR = EXAMPLES / "skills" / "short-answers"
+FRONT = "---\nname: demo\ndescription: Answer questions. Use for any question.\n---\n"
+
+line = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30)
+edit = st.builds(Edit, op=st.sampled_from(["append", "insert_after", "replace", "delete"]),
+                 target=st.one_of(line, st.sampled_from(["name: demo", "---", "# Rules", "- Be brief."])),
+                 content=st.one_of(line, st.sampled_from(["---", "name: other", "description: x"])))
+
+
+@given(st.lists(edit, max_size=6), st.sampled_from(["", "- Be brief.\n", "# Rules\n- Be brief.\n"]))
+@settings(max_examples=300, deadline=None)
+def test_no_edit_can_touch_the_front_matter(edits, body):
+    skill = FRONT + body
+    text, _report, _restored = patch_skill(skill, edits)
+    assert front_of(text) == FRONT  # byte for byte: the name and the description an agent reads are the same
+
+
+@given(line, line)
+@settings(max_examples=200, deadline=None)
+def test_a_rewrite_gets_the_base_front_matter_back(rewritten, guidance):
+    base = with_guidance(FRONT + "- Be brief.\n", guidance or None)
+    fixed, _ = protect(base, rewritten)
+    assert fixed.startswith(FRONT) and body_of(fixed).rstrip("\n") == body_of(rewritten).rstrip("\n")
+
+
+def test_a_markdown_skill_that_opens_with_a_rule_line_keeps_it_in_its_body():
+    text = "---\n# Not a front matter\n- but markdown\n---\nmore\n"
+    assert front_of(text) == "" and body_of(text) == text
+
+
+@pytest.fixture(scope="module")
+def dir_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("skilldir")
+    store = Store(f"sqlite:///{tmp / 'runs.db'}")
+    Trainer(small_config(num_epochs=1, initial_skill=str(SKILL_DIR)), store=store, run_id="d").train()
+    return tmp, store
+
+
+def test_a_skill_directory_trains_its_skill_md_and_keeps_its_front_matter(dir_run):
+    tmp, store = dir_run
+    events = lineage_events(store, "d")
+    started = events[0].event
+    assert isinstance(started, RunStarted) and started.skill_tree is not None
+    assert started.skill_tree in started.blob_refs() and set(started.skill_tree_blobs) <= set(started.blob_refs())
+    initial = (SKILL_DIR / "SKILL.md").read_text(encoding="utf-8")
+    assert store.get_blob(started.initial_skill) == initial
+    best = call("export", "d", "--db", store.url)
+    assert best != initial and front_of(best) == front_of(initial)
+    assert "name: short-answers" not in body_of(best)
+    assert "the Agent Skills directory short-answers (2 files;" in call("show", "d", "--db", store.url)
+    out = call("why", "d", "digits only", "--db", store.url, code=1)  # a reference's text, not the trained file's
+    assert "but in references/answer-forms.md, which the run keeps as read" in out
+    tree = json.loads(call("show", "d", "--json", "--db", store.url))["skill_tree"]
+    assert [f["path"] for f in tree["files"]] == ["SKILL.md", "references/answer-forms.md"]
+    assert audit(store, "d").ok
+    report = verify(store, "d")
+    assert report.ok and report.checked == report.total
+
+
+def test_the_trained_skill_exports_as_a_directory_and_an_archive_that_install(dir_run):
+    tmp, store = dir_run
+    out = call("export", "d", "--into", str(tmp / "skills"), "--db", store.url)
+    assert "short-answers/" in out
+    installed = tmp / "skills" / "short-answers"
+    for ref in (SKILL_DIR / "references").iterdir():  # what the run did not train is byte for byte the same
+        assert (installed / "references" / ref.name).read_bytes() == ref.read_bytes()
+    trained = call("export", "d", "-o", str(tmp / "trained.md"), "--db", store.url) or (tmp / "trained.md").read_text(
+        encoding="utf-8")
+    assert (installed / "SKILL.md").read_text(encoding="utf-8") == trained
+    call("export", "d", "-o", str(tmp / "s.skill"), "--db", store.url)
+    packed = load_skill(tmp / "s.skill")
+    assert validate_skill(packed.tree, packed.dir_name).ok
+    assert packed.tree == load_skill(installed).tree
+    call("export", "d", "--into", str(tmp / "skills"), "--db", store.url, code=2)  # exists: not replaced
+    call("export", "d", "--into", str(tmp / "skills"), "--force", "--db", store.url)
+
+
+def test_a_markdown_run_records_no_tree_and_cannot_be_installed(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'md.db'}")
+    Trainer(small_config(num_epochs=1), store=store, run_id="m").train()
+    payload = json.loads(call("log", "m", "--json", "--db", store.url))[0]
+    assert "skill_tree" not in json.dumps(payload)
+    out = call("export", "m", "--into", str(tmp_path / "skills"), "--db", store.url, code=2)
+    assert "no front matter" in out and not (tmp_path / "skills").exists()
+
+
+def test_an_invalid_skill_directory_is_refused_in_one_line(tmp_path):
+    bad = tmp_path / "wrong-name"
+    shutil.copytree(SKILL_DIR, bad)
+    refused(tmp_path / "r.db", "run", "--set", f"initial_skill={bad}", match="wrong-name")
+    (tmp_path / "empty").mkdir()
+    refused(tmp_path / "r.db", "run", "--set", f"initial_skill={tmp_path / 'empty'}", match="SKILL.md is missing")
+
+
+def test_what_the_check_warns_about_is_shown_when_the_run_starts(tmp_path):
+    linked = tmp_path / "short-answers"
+    shutil.copytree(SKILL_DIR, linked)
+    with open(linked / "SKILL.md", "a", encoding="utf-8") as fh:
+        fh.write("See [the guide](references/missing.md).\n")
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    out = call("run", "--epochs", "1", "-q", "--set", f"initial_skill={linked}", "--db", db)
+    assert "warning: skill: SKILL.md: links to references/missing.md, which the skill does not hold" in out
+
+
+def test_a_skill_archive_trains_like_its_directory(tmp_path):
+    call("skill", "pack", str(SKILL_DIR), str(tmp_path / "s.skill"))
+    runs = {}
+    for name, source in (("dir", SKILL_DIR), ("zip", tmp_path / "s.skill")):
+        store = Store(f"sqlite:///{tmp_path / f'{name}.db'}")
+        Trainer(small_config(num_epochs=1, initial_skill=str(source)), store=store, run_id="a").train()
+        runs[name] = [e.event for e in lineage_events(store, "a")[1:]]
+    assert runs["dir"] == runs["zip"]
+
+
+def test_eval_scores_a_skill_directory(tmp_path):
+    db = f"sqlite:///{tmp_path / 'e.db'}"
+    out = call("eval", "--skill", str(SKILL_DIR), "--db", db)
+    assert "test" in out
+    assert Path(tmp_path / "e.db").exists()
+
+
+def test_run_started_v7_reads_as_a_run_of_a_markdown_skill():
+    from skillstate.log.event_codec import decode
+
+    payload = {"config": {}, "initial_skill": "h", "dataset": {}, "dataset_fingerprint": "f", "prompts": {},
+               "steps_per_epoch": 1, "total_steps": 1, "package_version": "0"}
+    up = decode("RunStarted", 7, payload)
+    assert up.skill_tree is None and up.skill_tree_blobs == [] and up.blob_refs() == ["h"]
