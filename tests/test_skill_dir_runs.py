@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, small_config
+from conftest import EXAMPLES, Crash, assert_paid_once, crashing_factory, small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from run_helpers import call
@@ -19,6 +19,7 @@ from test_inputs_config import refused
 
 from skillstate.engine.runner import lineage_events
 from skillstate.engine.update import patch_skill
+from skillstate.log.event_codec import encode
 from skillstate.log.events import RunStarted
 from skillstate.log.values import Edit
 from skillstate.reading.audit import audit, verify
@@ -26,6 +27,7 @@ from skillstate.skillopt.guidance import body_of, front_of, protect, with_guidan
 from skillstate.skilltree import load_skill, validate_skill
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
+from skillstate.util import canonical_json
 
 SKILL_DIR = EXAMPLES / "skills" / "short-answers"
 FRONT = "---\nname: demo\ndescription: Answer questions. Use for any question.\n---\n"
@@ -84,6 +86,35 @@ def test_a_skill_directory_trains_its_skill_md_and_keeps_its_front_matter(dir_ru
     assert audit(store, "d").ok
     report = verify(store, "d")
     assert report.ok and report.checked == report.total
+
+
+def _events(store: Store, run_id: str) -> list[str]:
+    return [canonical_json([s.type, encode(s.event)]) for s in lineage_events(store, run_id)]
+
+
+def test_a_directory_run_killed_mid_way_resumes_to_the_same_events(tmp_path, dir_run):
+    _, whole = dir_run
+    store = Store(f"sqlite:///{tmp_path / 'crash.db'}")
+    config = small_config(num_epochs=1, initial_skill=str(SKILL_DIR))
+    with pytest.raises(Crash):  # past the baseline and the work done ahead, inside the first steps
+        Trainer(config, store=store, run_id="d", backend_factory=crashing_factory(200)).train()
+    assert 1 < len(lineage_events(store, "d")) < len(lineage_events(whole, "d"))
+    Trainer(config, store=store, run_id="d").train()
+    assert _events(store, "d") == _events(whole, "d")
+    assert_paid_once(store, "d")
+
+
+def test_a_fork_of_a_directory_run_pays_nothing_again_and_exports_its_directory(tmp_path, dir_run):
+    _, store = dir_run
+    config = small_config(num_epochs=1, initial_skill=str(SKILL_DIR))
+    Trainer(config, store=store, run_id="d").fork(step=2, overrides={"lr_scheduler": "linear"},
+                                                   new_run_id="f2").train()
+    parent = {c.request_hash for c in store.read_calls("d")}
+    assert not parent & {c.request_hash for c in store.read_calls("f2")}  # what the parent paid for is served
+    assert audit(store, "f2").ok and verify(store, "f2").ok
+    call("export", "f2", "--into", str(tmp_path / "forked"), "--db", store.url)
+    assert (tmp_path / "forked" / "short-answers" / "references" / "answer-forms.md").read_bytes() == (
+        SKILL_DIR / "references" / "answer-forms.md").read_bytes()
 
 
 def test_the_trained_skill_exports_as_a_directory_and_an_archive_that_install(dir_run):
@@ -155,3 +186,24 @@ def test_run_started_v7_reads_as_a_run_of_a_markdown_skill():
                "steps_per_epoch": 1, "total_steps": 1, "package_version": "0"}
     up = decode("RunStarted", 7, payload)
     assert up.skill_tree is None and up.skill_tree_blobs == [] and up.blob_refs() == ["h"]
+
+
+def test_the_dashboard_lists_the_directory_files_with_their_text_escaped(tmp_path):
+    from starlette.testclient import TestClient
+
+    from skillstate.dashboard.app import create_app
+    from skillstate.dashboard.store_view import open_read_only
+
+    hostile = tmp_path / "short-answers"
+    shutil.copytree(SKILL_DIR, hostile)
+    (hostile / "references" / "x.md").write_text("<script>window.__pwned = 1</script>\n", encoding="utf-8")
+    url = f"sqlite:///{tmp_path / 'dash.db'}"
+    store = Store(url)
+    Trainer(small_config(num_epochs=1, initial_skill=str(hostile)), store=store, run_id="h").train()
+    store.close()
+    view = open_read_only(url)
+    with TestClient(create_app(view, allowed_hosts=["testserver"])) as client:
+        html = client.get("/runs/h/skill").text
+    view.close()
+    assert "Files of the skill directory" in html and "references/answer-forms.md" in html
+    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in html and "<script>window.__pwned" not in html

@@ -156,7 +156,20 @@ def skill_page(cache: RunCache, run_id: str, which: str = "best") -> dict[str, A
     text = cache.store.get_blob(blob)
     bank = s.config.get("mode") == "bank"
     return {"run": run_row(cache, run_id), "which": which, "text": text, "bank": bank,
-            "lines": [] if bank else skill_lines(text), "best_step": s.best_step}
+            "lines": [] if bank else skill_lines(text), "best_step": s.best_step,
+            "files": skill_files(cache, s.skill_tree) if s.skill_tree else []}
+
+
+def skill_files(cache: RunCache, root: str) -> list[dict[str, Any]]:
+    """The files of the skill directory a run started from: SKILL.md is the
+    trained skill shown above them; the others, kept as read, with their text."""
+
+    from skillstate.skilltree import decode_tree, skill_md_path
+
+    tree = decode_tree(cache.store.get_blob(root), cache.store.get_blobs)
+    trained = skill_md_path(tree)
+    return [{"path": path, "size": f.size, "trained": path == trained,
+             "text": None if f.is_binary or path == trained else f.text} for path, f in tree.items()]
 
 
 def why(cache: RunCache, run_id: str, text: str) -> dict[str, Any]:

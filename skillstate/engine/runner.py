@@ -246,10 +246,9 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
 
 def skill_tree_warnings(store: Store, root: str) -> list[str]:
     """What `skillstate skill check` warns about in the skill directory a run started from."""
-    from skillstate.engine.skill_source import stored_tree
-    from skillstate.skilltree import validate_skill
+    from skillstate.skilltree import decode_tree, validate_skill
 
-    return [f"skill: {w}" for w in validate_skill(stored_tree(store.get_blob(root), store.get_blobs)).warnings]
+    return [f"skill: {w}" for w in validate_skill(decode_tree(store.get_blob(root), store.get_blobs)).warnings]
 
 
 def run_budget(store: Store, run_id: str, config: SkillConfig) -> Budget:

@@ -11,24 +11,15 @@ the trained skill back as a directory or an archive that installs as is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from skillstate.errors import ConfigError, UserError
 from skillstate.input_files import read_input_text
-from skillstate.skilltree import (
-    SKILL_MD,
-    EncodedTree,
-    SkillReport,
-    SkillTree,
-    decode_tree,
-    encode_tree,
-    load_skill,
-    validate_skill,
-)
+from skillstate.skilltree import SKILL_MD, EncodedTree, SkillReport, encode_tree, load_skill, validate_skill
 from skillstate.skilltree.archive import is_archive_path
 from skillstate.skilltree.frontmatter import parse_front_matter
+from skillstate.skilltree.skill_md import skill_md_path
 
 
 @dataclass(frozen=True)
@@ -75,20 +66,3 @@ def read_initial_skill(path: str) -> InitialSkill:
     except UserError as err:
         raise ConfigError(f"initial skill {path}: {err}") from None
     return InitialSkill(loaded.tree[skill_md_path(loaded.tree)].text, encode_tree(loaded.tree), report)
-
-
-def skill_md_path(tree: SkillTree) -> str:
-    """The path of the tree's SKILL.md (`skill.md` in a tree that has only that spelling, which the
-    check warns about)."""
-    return SKILL_MD if SKILL_MD in tree or "skill.md" not in tree else "skill.md"
-
-
-def trained_tree(tree: SkillTree, skill_md: str) -> SkillTree:
-    """`tree` with its SKILL.md replaced by the trained text `skill_md`."""
-    return tree.with_text(skill_md_path(tree), skill_md)
-
-
-def stored_tree(root: str, blobs: Callable[[list[str]], Mapping[str, str]]) -> SkillTree:
-    """The tree a run recorded (RunStarted.skill_tree's blob text `root`), its files read through
-    `blobs` (as `Store.get_blobs` returns them)."""
-    return decode_tree(root, blobs)

@@ -158,10 +158,9 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
 
 def skill_tree_summary(store: Store, root: str) -> dict[str, Any]:
     """The Agent Skills directory a run started from: its name and its files (the run trains SKILL.md)."""
-    from skillstate.engine.skill_source import skill_md_path, stored_tree
-    from skillstate.skilltree import parse_front_matter
+    from skillstate.skilltree import decode_tree, parse_front_matter, skill_md_path
 
-    tree = stored_tree(store.get_blob(root), store.get_blobs)
+    tree = decode_tree(store.get_blob(root), store.get_blobs)
     trained = skill_md_path(tree)
     front = parse_front_matter(tree[trained].text)
     return {"name": front.fields.get("name") if front else None, "trained": trained,

@@ -109,9 +109,10 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
 
 def kept_files_with(store: Store, root: str, text: str) -> list[str]:
     """The paths of the skill directory's files other than its SKILL.md that hold `text`."""
-    from skillstate.engine.skill_source import skill_md_path, stored_tree
 
-    tree = stored_tree(store.get_blob(root), store.get_blobs)
+    from skillstate.skilltree import decode_tree, skill_md_path
+
+    tree = decode_tree(store.get_blob(root), store.get_blobs)
     trained = skill_md_path(tree)
     return [path for path, f in tree.items() if path != trained and not f.is_binary and text in f.text]
 

@@ -5,9 +5,8 @@ run of a markdown file that opens with a valid front matter, that one file."""
 from __future__ import annotations
 
 from skillstate.engine.loading import load_run
-from skillstate.engine.skill_source import stored_tree, trained_tree
 from skillstate.errors import NotFoundError, UserError
-from skillstate.skilltree import SkillTree, from_markdown, validate_skill
+from skillstate.skilltree import SkillTree, decode_tree, from_markdown, validate_skill, with_skill_md
 from skillstate.storage.store import Store
 
 
@@ -46,7 +45,7 @@ def installable_skill(store: Store, run_id: str | None, step: int | None = None,
         raise NotFoundError(f"run {loaded.run_id!r} has no skill yet")
     text = store.get_blob(chosen)
     root = loaded.state.skill_tree
-    tree = trained_tree(stored_tree(store.get_blob(root), store.get_blobs), text) if root else from_markdown(text)
+    tree = with_skill_md(decode_tree(store.get_blob(root), store.get_blobs), text) if root else from_markdown(text)
     report = validate_skill(tree, None)
     if root is None and report.name is None:
         raise UserError(f"run {loaded.run_id!r} trained a markdown skill with no front matter (name, description), "

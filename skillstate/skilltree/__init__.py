@@ -27,6 +27,7 @@ from skillstate.skilltree.limits import DEFAULT_LIMITS, Limits
 from skillstate.skilltree.load import LoadedSkill, load_skill
 from skillstate.skilltree.onefile import as_markdown, from_markdown, is_one_file, to_markdown
 from skillstate.skilltree.paths import check_path, is_safe_path
+from skillstate.skilltree.skill_md import skill_md_path, with_skill_md
 from skillstate.skilltree.tree import SKILL_MD, SkillFile, SkillTree
 from skillstate.skilltree.validate import Finding, SkillReport, name_problem, validate_skill
 
@@ -35,5 +36,6 @@ __all__ = [
     "SkillReport", "SkillTree", "add_front_matter", "archive_bytes", "archive_tree", "as_markdown", "check_path",
     "decode_tree", "encode_tree", "from_markdown", "is_one_file", "is_safe_path", "is_tree_blob", "load_skill",
     "name_problem", "parse_front_matter", "read_archive", "read_directory", "set_field", "to_markdown", "tree_blob",
-    "tree_hash", "tree_manifest", "validate_skill", "write_archive", "write_directory",
+    "skill_md_path", "tree_hash", "tree_manifest", "validate_skill", "with_skill_md", "write_archive",
+    "write_directory",
 ]
