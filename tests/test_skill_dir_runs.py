@@ -83,6 +83,7 @@ def test_a_skill_directory_trains_its_skill_md_and_keeps_its_front_matter(dir_ru
     assert "but in references/answer-forms.md, which the run keeps as read" in out
     tree = json.loads(call("show", "d", "--json", "--db", store.url))["skill_tree"]
     assert [f["path"] for f in tree["files"]] == ["SKILL.md", "references/answer-forms.md"]
+    assert "--- d@step_0/SKILL.md" in call("diff", "d", "0", "3", "--db", store.url)
     assert audit(store, "d").ok
     report = verify(store, "d")
     assert report.ok and report.checked == report.total

@@ -20,6 +20,7 @@ from skillstate.pricing import cost_usd, price_for, sent_cost
 from skillstate.reading.failures import event_call_refs, failed_call_tokens, failed_calls, unused_calls
 from skillstate.reading.selection_report import gap_summary
 from skillstate.reading.tool_use import tool_use
+from skillstate.skilltree import SKILL_MD
 from skillstate.storage.store import Store
 
 
@@ -81,8 +82,10 @@ def skill_at(store: Store, run_id: str | None, step: int | None = None, best: bo
 def skill_diff(store: Store, run_id: str | None, step_a: int, step_b: int) -> tuple[str, str]:
     rid, a = skill_at(store, run_id, step_a)
     _, b = skill_at(store, rid, step_b)
+    # a run of a skill directory trains its SKILL.md: the diff names the file
+    in_file = f"/{SKILL_MD}" if load_run(store, rid).state.skill_tree else ""
     lines = difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
-                                 fromfile=f"{rid}@step_{step_a}", tofile=f"{rid}@step_{step_b}")
+                                 fromfile=f"{rid}@step_{step_a}{in_file}", tofile=f"{rid}@step_{step_b}{in_file}")
     return rid, "".join(lines)
 
 
