@@ -323,22 +323,34 @@ def _export_tree(store, run_id, step, best, output, into, force) -> None:
     if output and into:
         raise UserError("give either --into DIR or an archive with -o, not both")
     rid, skills = installable_skills(store, run_id, step, best=best)
-    if into:
-        targets = [Path(into).expanduser() / name for name, _ in skills]
-        if not force:  # refuse before writing any, so a bank is never half exported
-            taken = next((t for t in targets if t.exists() and (not t.is_dir() or any(t.iterdir()))), None)
-            if taken is not None:
-                raise UserError(f"{taken}: exists (pass --force to replace it)")
-        for (name, tree), target in zip(skills, targets, strict=True):
-            written = write_directory(tree, target, replace=force)
-            click.echo(f"wrote {written}: {name}/ with {len(tree)} files")
-        return
-    if len(skills) > 1:
-        raise UserError(f"run {rid!r} is a bank of {len(skills)} skills: write them with --into DIR, one "
-                        "directory each")
-    name, tree = skills[0]
-    written = write_archive(tree, output, name, replace=force)
+    try:
+        if into:
+            targets = [Path(into).expanduser() / name for name, _ in skills]
+            for target in targets:  # refuse before writing any, so a bank is never half exported
+                _check_replaceable(target, force)
+            for (name, tree), target in zip(skills, targets, strict=True):
+                written = write_directory(tree, target, replace=force)
+                click.echo(f"wrote {written}: {name}/ with {len(tree)} files")
+            return
+        if len(skills) > 1:
+            raise UserError(f"run {rid!r} is a bank of {len(skills)} skills: write them with --into DIR, one "
+                            "directory each")
+        name, tree = skills[0]
+        written = write_archive(tree, output, name, replace=force)
+    except OSError as err:
+        raise UserError(f"cannot write {err.filename or into or output}: {err.strerror or err}") from None
     click.echo(f"wrote {written}: {name}/ with {len(tree)} files")
+
+
+def _check_replaceable(target: Path, force: bool) -> None:
+    """What `write_directory` would refuse at `target`, refused before anything is written."""
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise UserError(f"{target}: exists and is not a directory")
+    if target.exists() and any(target.iterdir()):
+        if not force:
+            raise UserError(f"{target}: exists (pass --force to replace it)")
+        if not any((target / n).is_file() for n in ("SKILL.md", "skill.md")):
+            raise UserError(f"{target}: not empty and holds no SKILL.md, so it is not replaced")
 
 
 @cli.command("export-sft")

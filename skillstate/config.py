@@ -140,6 +140,10 @@ class SkillConfig(Section):
         True, description="Stop scoring a candidate once it cannot beat the current score even if every item left "
                           "succeeded (the decision is the same as a full evaluation's; the items the current skill "
                           "failed are scored first).")
+    protect_front_matter: bool = Field(
+        True, description="Keep the YAML front matter that opens the skill (an Agent Skills SKILL.md's name and "
+                          "description) out of every edit, rewrite and full rewrite, and put it back unchanged "
+                          "(runs logged before it existed read false).")
     eval_order: Literal["failed_first", "hardness"] = Field(
         "failed_first", description="The order early reject scores val items in: failed_first, those the current "
                                     "skill failed first; hardness, within each of those groups the items that the "

@@ -181,12 +181,15 @@ def test_with_the_repair_on_a_noisy_target_early_reject_changes_no_decision(tmp_
             assert e.skill != ablated.candidate_skill  # only the repaired candidate may stop early
 
 
-@pytest.mark.parametrize("seed", [12, 3])
-def test_with_the_repair_pairing_early_rejects_prefix_early_reject_changes_no_decision(tmp_path, seed):
+@pytest.mark.parametrize("seed,order", [(12, "failed_first"), (3, "failed_first"), (5, "hardness"),
+                                        (7, "hardness")])
+def test_with_the_repair_pairing_early_rejects_prefix_early_reject_changes_no_decision(tmp_path, seed, order):
     # repair_prefix: early reject applies to the candidates the repair examines, and the repair pairs the items
-    # early reject scores, computed the same way from a full evaluation: the same repairs and decisions either way.
+    # early reject scores, computed the same way from a full evaluation: the same repairs and decisions either way;
+    # under eval_order hardness too (its counts come only from skills made current, whose results both runs hold)
     def run(on: bool):
-        cfg = small_config(seed=seed, early_reject=on, use_step_buffer=False, sim={"noise": "moderate"})
+        cfg = small_config(seed=seed, early_reject=on, use_step_buffer=False, sim={"noise": "moderate"},
+                           eval_order=order)
         assert cfg.repair_prefix  # the default
         return Trainer(cfg, db=f"sqlite:///{tmp_path / f'{seed}-{on}.db'}", run_id="r").train()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES, Crash, assert_paid_once, crashing_factory, small_config
@@ -38,12 +37,14 @@ edit = st.builds(Edit, op=st.sampled_from(["append", "insert_after", "replace", 
                  content=st.one_of(line, st.sampled_from(["---", "name: other", "description: x"])))
 
 
-@given(st.lists(edit, max_size=6), st.sampled_from(["", "- Be brief.\n", "# Rules\n- Be brief.\n"]))
+@given(st.lists(edit, max_size=6), st.sampled_from(["", "- Be brief.\n", "# Rules\n- Be brief.\n"]),
+       st.booleans())
 @settings(max_examples=300, deadline=None)
-def test_no_edit_can_touch_the_front_matter(edits, body):
-    skill = FRONT + body
-    text, _report, _restored = patch_skill(skill, edits)
-    assert front_of(text) == FRONT  # byte for byte: the name and the description an agent reads are the same
+def test_no_edit_can_touch_the_front_matter(edits, body, final_newline):
+    front = FRONT if final_newline or body else FRONT.rstrip("\n")  # a file that ends with its front matter
+    text, _report, _restored = patch_skill(front + body, edits)
+    assert front_of(text).rstrip("\n") == front.rstrip("\n")  # the name and the description an agent reads
+    assert front_of(text) == front or not body_of(text) == ""  # a newline is added only when a body follows
 
 
 @given(line, line)
@@ -57,6 +58,28 @@ def test_a_rewrite_gets_the_base_front_matter_back(rewritten, guidance):
 def test_a_markdown_skill_that_opens_with_a_rule_line_keeps_it_in_its_body():
     text = "---\n# Not a front matter\n- but markdown\n---\nmore\n"
     assert front_of(text) == "" and body_of(text) == text
+    assert front_of("---\n\n---\nmore\n") == ""  # two rule lines: no mapping between them
+
+
+def test_a_rewrite_that_repeats_a_broken_front_matter_gets_the_base_one_instead():
+    base = FRONT + "- Be brief.\n"
+    fixed, restored = protect(base, "---\nname: [demo\n---\n- Be brief.\n- Check units.\n")
+    assert restored and fixed == FRONT + "- Be brief.\n- Check units.\n"
+
+
+def test_runs_logged_before_the_protection_read_it_off():
+    from skillstate.log.event_codec import decode
+
+    started = {"config": {}, "initial_skill": "h", "dataset": {}, "dataset_fingerprint": "f", "prompts": {},
+               "steps_per_epoch": 1, "total_steps": 1, "package_version": "0"}
+    assert decode("RunStarted", 7, started).config["protect_front_matter"] is False
+    forked = {"parent_run_id": "p", "fork_step": 1, "parent_event_count": 3, "parent_event_hash": "x",
+              "overrides": {}, "config": {}, "prompts": {}, "steps_per_epoch": 1, "total_steps": 1}
+    assert decode("RunForked", 6, forked).config["protect_front_matter"] is False
+    assert small_config().protect_front_matter  # new runs protect it
+    # with it off, a front matter is text like any other (as those runs edited it)
+    text, _, _ = patch_skill(FRONT, [Edit(op="replace", target="name: demo", content="name: other")], False)
+    assert "name: other" in text
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +172,8 @@ def test_an_invalid_skill_directory_is_refused_in_one_line(tmp_path):
     bad = tmp_path / "wrong-name"
     shutil.copytree(SKILL_DIR, bad)
     refused(tmp_path / "r.db", "run", "--set", f"initial_skill={bad}", match="wrong-name")
+    # its SKILL.md given alone is the same directory, refused the same way (not trained as a lone file)
+    refused(tmp_path / "r.db", "run", "--set", f"initial_skill={bad / 'SKILL.md'}", match="wrong-name")
     (tmp_path / "empty").mkdir()
     refused(tmp_path / "r.db", "run", "--set", f"initial_skill={tmp_path / 'empty'}", match="SKILL.md is missing")
 
@@ -163,6 +188,27 @@ def test_what_the_check_warns_about_is_shown_when_the_run_starts(tmp_path):
     assert "warning: skill: SKILL.md: links to references/missing.md, which the skill does not hold" in out
 
 
+def test_a_skill_holding_a_secret_is_refused_and_nothing_of_it_is_stored(tmp_path, monkeypatch):
+    leaky = tmp_path / "short-answers"
+    shutil.copytree(SKILL_DIR, leaky)
+    (leaky / ".env").write_text("TOKEN=abc\n", encoding="utf-8")
+    refused(tmp_path / "r.db", "run", "--set", f"initial_skill={leaky}", match=".env holds or looks like a secret")
+    (leaky / ".env").unlink()
+    key = "sk-test-0123456789abcdefghij"
+    with open(leaky / "references" / "answer-forms.md", "a", encoding="utf-8") as fh:
+        fh.write(f"Use the key {key}.\n")
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    line = refused(tmp_path / "r.db", "run", "--set", f"initial_skill={leaky}", match="references/answer-forms.md")
+    assert key not in line
+
+
+def test_export_to_a_place_it_cannot_write_is_one_line(dir_run, tmp_path):
+    _, store = dir_run
+    (tmp_path / "afile").write_text("x", encoding="utf-8")
+    out = call("export", "d", "--into", str(tmp_path / "afile" / "sub"), "--db", store.url, code=2)
+    assert "cannot write" in out and "Traceback" not in out
+
+
 def test_a_skill_archive_trains_like_its_directory(tmp_path):
     call("skill", "pack", str(SKILL_DIR), str(tmp_path / "s.skill"))
     runs = {}
@@ -175,9 +221,10 @@ def test_a_skill_archive_trains_like_its_directory(tmp_path):
 
 def test_eval_scores_a_skill_directory(tmp_path):
     db = f"sqlite:///{tmp_path / 'e.db'}"
-    out = call("eval", "--skill", str(SKILL_DIR), "--db", db)
-    assert "test" in out
-    assert Path(tmp_path / "e.db").exists()
+    call("eval", "--skill", str(SKILL_DIR), "--run-id", "e", "--db", db)
+    started = lineage_events(Store(db), "e")[0].event
+    assert started.kind == "eval" and started.skill_tree is not None
+    assert Store(db).get_blob(started.initial_skill) == (SKILL_DIR / "SKILL.md").read_text(encoding="utf-8")
 
 
 def test_run_started_v7_reads_as_a_run_of_a_markdown_skill():

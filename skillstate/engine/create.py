@@ -4,6 +4,7 @@ after a step. A run row never exists without its first event."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from pydantic import BaseModel
@@ -72,7 +73,8 @@ def _imported_trajectories(path: str) -> str:
 
 def _initial_skill(config: SkillConfig, default: str | None, env: SkillEnv) -> InitialSkill:
     if config.initial_skill:
-        return read_initial_skill(config.initial_skill)
+        keys = [os.environ.get(model.api_key_env, "") for model in (config.target, config.optimizer)]
+        return read_initial_skill(config.initial_skill, [k for k in keys if k])
     return InitialSkill(default if default is not None else env.default_skill())
 
 

@@ -112,7 +112,8 @@ def slow_update(ctx: RunContext, state: RunState) -> list[Event]:
                                  guidance=state.guidance or NONE_YET)
     if reply is None:
         return [SlowUpdateProposed(epoch=epoch, status=status, reasoning=result.error or "", call=result.ref)]
-    skill = ctx.put_blob(with_guidance(ctx.blob(need(state.current_skill, "the current skill")), reply.guidance))
+    skill = ctx.put_blob(with_guidance(ctx.blob(need(state.current_skill, "the current skill")), reply.guidance,
+                                       front_matter=ctx.config.protect_front_matter))
     return [SlowUpdateProposed(epoch=epoch, status="ok", guidance=reply.guidance.strip("\n"),
                                reasoning=reply.reasoning, skill=skill, call=result.ref)]
 

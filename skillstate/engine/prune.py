@@ -73,7 +73,7 @@ def propose(ctx: RunContext, state: RunState) -> list[Event]:
     epoch, _ = position(after, state.steps_per_epoch)
     base_hash = need(state.current_skill, "the current skill")
     base = ctx.blob(base_hash)
-    body = body_of(base)
+    body = body_of(base, front_matter=cfg.protect_front_matter)
     rejected = [line for skill, line in state.prune_rejected if skill == base_hash]  # not proposed again
     found: dict[str, PruneLine] = {}
     for line, reason, of in rules.rule_deletions(body):
@@ -101,7 +101,7 @@ def propose(ctx: RunContext, state: RunState) -> list[Event]:
     if not picked:
         return [PruneProposed(**common)]
     edits = rules.deletion_edits([p.line for p in picked])
-    text, report, _ = patch_skill(base, edits)
+    text, report, _ = patch_skill(base, edits, ctx.config.protect_front_matter)
     skill = ctx.put_blob(text)
     return [PruneProposed(skill=skill if skill != base_hash else None, lines=picked, edits=edits, report=report,
                           **common)]

@@ -11,6 +11,7 @@ the trained skill back as a directory or an archive that installs as is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,17 @@ from skillstate.skilltree import SKILL_MD, EncodedTree, SkillReport, encode_tree
 from skillstate.skilltree.archive import is_archive_path
 from skillstate.skilltree.frontmatter import parse_front_matter
 from skillstate.skilltree.skill_md import skill_md_path
+
+# Files a skill directory should never carry into a run's log: credentials and private keys.
+_SECRET_NAMES = {".env", ".netrc", ".npmrc", ".pypirc", ".git-credentials", "credentials", "credentials.json",
+                 "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"}
+_SECRET_SUFFIXES = (".pem", ".key", ".p12", ".pfx")
+
+
+def looks_like_secrets(path: str) -> bool:
+    """Whether a skill's file at `path` is by its name a credentials or private-key file."""
+    name = path.rsplit("/", 1)[-1].lower()
+    return name in _SECRET_NAMES or name.startswith(".env.") or name.endswith(_SECRET_SUFFIXES)
 
 
 @dataclass(frozen=True)
@@ -35,9 +47,11 @@ class InitialSkill:
 
 def is_skill_tree_path(path: str | Path) -> bool:
     """Whether `path` names an Agent Skills directory, an archive, or the
-    SKILL.md of a skill directory: a file named exactly SKILL.md whose front
-    matter names its directory. Any other file is a markdown skill, as it
-    always was (a `skill.md` beside a project's other files trains alone)."""
+    SKILL.md of a skill directory: a file named exactly SKILL.md that opens
+    with a front matter (its directory is then checked as a skill, so a
+    `name` that is not the directory's is refused, not trained alone). Any
+    other file is a markdown skill, as it always was (a `skill.md`, or a
+    SKILL.md without a front matter, trains alone)."""
     given = Path(path).expanduser()
     if given.is_dir() or is_archive_path(given):
         return True
@@ -47,13 +61,15 @@ def is_skill_tree_path(path: str | Path) -> bool:
         front = parse_front_matter(read_input_text(given))
     except (OSError, UnicodeDecodeError, UserError):
         return False  # read as markdown, which says what is wrong with it
-    return front is not None and front.fields.get("name") == given.resolve().parent.name
+    return front is not None
 
 
-def read_initial_skill(path: str) -> InitialSkill:
+def read_initial_skill(path: str, secrets: Sequence[str] = ()) -> InitialSkill:
     """The skill at `path`. A markdown file is read as it always was; a
-    directory (or its SKILL.md) or an archive must be a valid Agent Skill:
-    `ConfigError` in one line naming the first problem."""
+    directory (or its SKILL.md) or an archive must be a valid Agent Skill,
+    and hold no credentials file and no file containing one of `secrets`
+    (the run's API keys): `ConfigError` in one line naming the first
+    problem."""
     if not is_skill_tree_path(path):
         try:
             return InitialSkill(read_input_text(path))
@@ -65,4 +81,11 @@ def read_initial_skill(path: str) -> InitialSkill:
         report.raise_if_invalid()
     except UserError as err:
         raise ConfigError(f"initial skill {path}: {err}") from None
+    keys = [k for k in secrets if len(k) >= 8]
+    secret = next((p for p in loaded.tree if looks_like_secrets(p)), None) or next(
+        (p for p, f in loaded.tree.items() if keys and any(k.encode() in f.data for k in keys)), None)
+    if secret is not None:
+        raise ConfigError(f"initial skill {path}: {secret} holds or looks like a secret (a credentials or key "
+                          "file, or the API key the run is given), and a run stores every file of the skill in its "
+                          "log: take it out of the skill")
     return InitialSkill(loaded.tree[skill_md_path(loaded.tree)].text, encode_tree(loaded.tree), report)

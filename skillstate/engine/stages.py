@@ -210,7 +210,10 @@ def evaluation_order(ctx: RunContext, state: RunState, split: str) -> list[dict[
     """The split's items, those the current skill failed first (from its
     recorded results, when the log has them), each group in split order;
     with `eval_order: hardness`, each group puts first the items that the
-    skills scored in full on the split failed most often."""
+    skills the run made current so far (the initial one included) failed
+    most often. Only those: their full results are in the log whether early
+    reject is on or off, so the order is the same either way (a rejected
+    candidate is scored in full only with early reject off)."""
     items = ctx.env.items(split)
     blob = state.results_cache.get(cache_key(split, state.current_skill or ""))
     if not blob:
@@ -218,9 +221,13 @@ def evaluation_order(ctx: RunContext, state: RunState, split: str) -> list[dict[
     failed = {r["item_id"] for r in json.loads(ctx.blob(blob)) if r.get("hard", 0) < 1}
     misses: Counter[str] = Counter()
     if ctx.config.eval_order == "hardness":
-        prefix = cache_key(split, "")
-        for key in sorted(k for k in state.results_cache if k.startswith(prefix)):
-            misses.update(r["item_id"] for r in json.loads(ctx.blob(state.results_cache[key])) if r.get("hard", 0) < 1)
+        held = dict.fromkeys(s for s in (state.start_skill, *(r.current_skill for r in state.history),
+                                         state.current_skill) if s)
+        for skill in held:
+            key = cache_key(split, skill)
+            found = state.results_cache.get(key) or state.slow_results.get(key)
+            if found:
+                misses.update(r["item_id"] for r in json.loads(ctx.blob(found)) if r.get("hard", 0) < 1)
     rank = {i["id"]: (i["id"] not in failed, -misses[i["id"]], n) for n, i in enumerate(items)}
     return sorted(items, key=lambda i: rank[i["id"]])
 

@@ -59,7 +59,8 @@ def select(ctx: RunContext, state: RunState) -> list[Event]:
     edits = need(p.merged, "PatchesMerged").edits
     base = ctx.blob(p.base_skill)
     if ctx.config.drop_noop_edits:
-        kept, dropped = screen_edits(body_of(base), guidance_of(base) or "", edits, state.rejected_edits,
+        kept, dropped = screen_edits(body_of(base, front_matter=ctx.config.protect_front_matter),
+                                     guidance_of(base) or "", edits, state.rejected_edits,
                                      ctx.config.drop_rejected_edits)
     else:
         kept, dropped = list(range(len(edits))), []
@@ -87,32 +88,36 @@ def select(ctx: RunContext, state: RunState) -> list[Event]:
                           call=result.ref, **common)]
 
 
-def patch_skill(base: str, edits: list[Edit]):
-    """Apply edits to the skill's body and put its front matter and its
-    slow-update block back. Returns (text, apply report, whether the edits
-    wrote block markers or a front matter that had to be removed)."""
-    body = body_of(base)
+def patch_skill(base: str, edits: list[Edit], front_matter: bool = True):
+    """Apply edits to the skill's body and put its front matter (with
+    `front_matter`: the config's protect_front_matter) and its slow-update
+    block back. Returns (text, apply report, whether the edits wrote block
+    markers or a front matter that had to be removed)."""
+    body = body_of(base, front_matter=front_matter)
     text, report = apply_edits(body, edits)
-    restored = body_of(text) != text
+    restored = body_of(text, front_matter=front_matter) != text
     if not any(r.status in CHANGED for r in report):
         text = body  # nothing applied: the base, in canonical form (itself when it already is)
-    return with_guidance(text, guidance_of(base), front_of(base)), report, restored
+    front = front_of(base) if front_matter else ""
+    return with_guidance(text, guidance_of(base), front, front_matter=front_matter), report, restored
 
 
 def update(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
     base = ctx.blob(p.base_skill)
     mode = ctx.config.update_mode
+    protected = ctx.config.protect_front_matter
     extra: dict = {"method": mode}
     if mode == "patch":
-        text, report, restored = patch_skill(base, need(p.selected, "EditsSelected").edits)
+        text, report, restored = patch_skill(base, need(p.selected, "EditsSelected").edits, protected)
         extra["report"] = report
     elif mode == "full_rewrite":
-        text, restored = protect(base, ctx.blob(need(need(p.merged, "PatchesMerged").skill, "the merged skill")))
+        text, restored = protect(base, ctx.blob(need(need(p.merged, "PatchesMerged").skill, "the merged skill")),
+                                 front_matter=protected)
         extra["report"] = []
     else:
         suggestions = [e.content for e in need(p.selected, "EditsSelected").edits]
-        result = ctx.optimizer(compose(ctx, state, "rewrite", buffer=True, skill=body_of(base),
+        result = ctx.optimizer(compose(ctx, state, "rewrite", buffer=True, skill=body_of(base, front_matter=protected),
                                        suggestions=to_json(suggestions)), reply=SkillReply)
         reply = parse_reply(result.text, SkillReply) if result.ok else None
         extra.update(report=[], call=result.ref)
@@ -120,7 +125,7 @@ def update(ctx: RunContext, state: RunState) -> list[Event]:
             text, restored = base, False
             extra["status"] = "error" if not result.ok else "unparseable"
         else:
-            text, restored = protect(base, reply.skill)
+            text, restored = protect(base, reply.skill, front_matter=protected)
     skill = ctx.put_blob(text)
     return [CandidateBuilt(step=p.step, base_skill=p.base_skill, skill=skill, changed=skill != p.base_skill,
                            block_restored=restored, **extra)]

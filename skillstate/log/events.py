@@ -85,7 +85,7 @@ class RunStarted(Event):
 
 class RunForked(Event):
     type: ClassVar[str] = "RunForked"
-    version: ClassVar[int] = 6
+    version: ClassVar[int] = 7
     parent_run_id: str
     fork_step: int
     parent_event_count: int  # events of the parent's lineage inherited

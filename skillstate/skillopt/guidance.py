@@ -45,29 +45,36 @@ def strip_markers(text: str) -> str:
     return text
 
 
+_FENCED = re.compile(r"---[ \t]*\r?\n.*?^---[ \t]*(?:\r?\n|\Z)", re.DOTALL | re.MULTILINE)
+
+
 def front_of(skill: str) -> str:
     """The front matter that opens `skill`, its fences included, exactly as
-    written; "" when the skill does not open with one that reads as a YAML
-    mapping (a markdown document that starts with a rule line keeps it in
-    its body)."""
+    written; "" when the skill does not open with one that reads as a
+    non-empty YAML mapping (a markdown document that starts with a rule
+    line keeps it in its body)."""
     try:
         front = parse_front_matter(skill)
     except UserError:
         return ""
-    return "" if front is None else skill[: len(skill) - len(front.body)]
+    return "" if front is None or not front.fields else skill[: len(skill) - len(front.body)]
 
 
-def body_of(skill: str) -> str:
-    """The skill without its front matter, without any block and without stray markers."""
-    return strip_markers(_BLOCK.sub("", skill[len(front_of(skill)):]))
+def body_of(skill: str, *, front_matter: bool = True) -> str:
+    """The skill without its front matter (with `front_matter`, as the runs
+    that protect it read it), without any block and without stray markers."""
+    cut = len(front_of(skill)) if front_matter else 0
+    return strip_markers(_BLOCK.sub("", skill[cut:]))
 
 
-def with_guidance(skill: str, guidance: str | None, front: str | None = None) -> str:
-    """`front` (by default the skill's own front matter), the skill's body,
-    then exactly one block holding `guidance` (no block at all when
-    `guidance` is None)."""
-    body = body_of(skill)
-    front = front_of(skill) if front is None else front
+def with_guidance(skill: str, guidance: str | None, front: str | None = None, *, front_matter: bool = True) -> str:
+    """`front` (by default the skill's own front matter; none without
+    `front_matter`), the skill's body, then exactly one block holding
+    `guidance` (no block at all when `guidance` is None)."""
+    body = body_of(skill, front_matter=front_matter)
+    front = "" if not front_matter else front_of(skill) if front is None else front
+    if front and body and not front.endswith("\n"):  # a front matter that ended the file, without a newline
+        front += "\r\n" if "\r\n" in front else "\n"
     if guidance is None:
         return front + body
     guidance = strip_markers(guidance).strip("\n")
@@ -75,12 +82,18 @@ def with_guidance(skill: str, guidance: str | None, front: str | None = None) ->
     return f"{front}{body}{sep}{START}\n{guidance}\n{END}\n"
 
 
-def protect(base: str, candidate: str) -> tuple[str, bool]:
-    """`candidate` with `base`'s front matter and block (or absence of
-    either) restored.
+def protect(base: str, candidate: str, *, front_matter: bool = True) -> tuple[str, bool]:
+    """`candidate` (a rewrite of `base`) with `base`'s front matter (with
+    `front_matter`) and block, or the absence of either, restored. A
+    candidate that repeats a front matter, even one that no longer reads as
+    YAML, has it replaced by `base`'s.
 
     Returns the protected text and whether anything had to be restored."""
-    fixed = with_guidance(candidate, guidance_of(base), front_of(base))
+    front = front_of(base) if front_matter else ""
+    text = candidate
+    if front and (fenced := _FENCED.match(candidate)) is not None:
+        text = candidate[fenced.end():]
+    fixed = with_guidance(text, guidance_of(base), front, front_matter=front_matter)
     return fixed, fixed != candidate
 
 
