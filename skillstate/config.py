@@ -147,8 +147,9 @@ class SkillConfig(Section):
     eval_order: Literal["failed_first", "hardness"] = Field(
         "failed_first", description="The order early reject scores val items in: failed_first, those the current "
                                     "skill failed first; hardness, within each of those groups the items that the "
-                                    "skills scored in full so far failed most often first (fewer items to a reject; "
-                                    "with repair_prefix the repair pairs that prefix).")
+                                    "skills made current so far (the initial one included) failed most often first "
+                                    "(fewer items to a reject; with repair_prefix the repair pairs that prefix, the "
+                                    "same whether early reject is on or off).")
     early_reject_slow_update: bool = Field(
         True, description="With early_reject, also stop scoring a gated slow update (slow_update_gate) once it "
                           "cannot beat the current score.")

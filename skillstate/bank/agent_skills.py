@@ -4,10 +4,11 @@ distilled bank installs in an agent as it is (issue 23). Pure.
 Each bank skill becomes `NAME/SKILL.md`: `name` is made from its title
 (lowercase letters, digits and single hyphens, at most 64 characters, made
 unique within the bank), `description` is its `when_to_apply` (when that is
-empty, its principle and the tasks it is for: its category's, or any),
-cut to the 1,024 characters the specification allows, and the body holds the title and the principle. The
-bank's common mistakes, when it has any, become one more skill,
-`common-mistakes` (or a free variant of it), loaded for every task.
+empty, its principle and the tasks it is for: its category's, or any), cut
+to the 1,024 characters the specification allows, and the body holds the
+title, the principle and the category. The bank's common mistakes, when it
+has any, become one more skill, `common-mistakes` (or a free variant of
+it), for every task.
 """
 
 from __future__ import annotations

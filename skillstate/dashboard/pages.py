@@ -163,7 +163,6 @@ def skill_page(cache: RunCache, run_id: str, which: str = "best") -> dict[str, A
 def skill_files(cache: RunCache, root: str) -> list[dict[str, Any]]:
     """The files of the skill directory a run started from: SKILL.md is the
     trained skill shown above them; the others, kept as read, with their text."""
-
     from skillstate.skilltree import decode_tree, skill_md_path
 
     tree = decode_tree(cache.store.get_blob(root), cache.store.get_blobs)

@@ -113,16 +113,11 @@ def _v6_config(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "config": config}
 
 
-def _v7_started(payload: dict[str, Any]) -> dict[str, Any]:
-    """RunStarted v8 may name the skill tree (an Agent Skills directory) the
-    run's SKILL.md came from; a v7 run trained a markdown file, which has
-    none, and edited a front matter that opened it like any other text."""
-    return _v6_forked(payload)
-
-
-def _v6_forked(payload: dict[str, Any]) -> dict[str, Any]:
-    """Runs written before RunStarted v8 (RunForked v7) did not protect a
-    front matter: a config without the key meant `protect_front_matter` off."""
+def _v7_front_matter(payload: dict[str, Any]) -> dict[str, Any]:
+    """Runs written before RunStarted v8 (RunForked v7) trained a markdown
+    file, with no skill tree, and edited a front matter that opened it like
+    any other text: a config without the key meant `protect_front_matter`
+    off."""
     config = dict(payload.get("config", {}))
     config.setdefault("protect_front_matter", False)
     return {**payload, "config": config}
@@ -145,8 +140,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunForked", 4): _v5_config,
     ("RunStarted", 6): _v6_config,
     ("RunForked", 5): _v6_config,
-    ("RunStarted", 7): _v7_started,
-    ("RunForked", 6): _v6_forked,
+    ("RunStarted", 7): _v7_front_matter,
+    ("RunForked", 6): _v7_front_matter,
     ("GateDecided", 1): _v1_gate,
 }
 
