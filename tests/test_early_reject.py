@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skillstate.engine.runner import lineage_events
-from skillstate.engine.stages import send_limit
+from skillstate.engine.scoring import send_limit
 from skillstate.log.values import ItemResult
 from skillstate.reading.audit import audit, verify
 from skillstate.skillopt import gate
@@ -34,7 +34,7 @@ def cases(draw):
 
 
 def full_gate(outcomes, metric, weight, density, density_weight) -> float:
-    """What a full evaluation computes (stages.summarize): means in split order."""
+    """What a full evaluation computes (scoring.summarize): means in split order."""
     n = len(outcomes)
     hard = sum(h for h, _ in outcomes) / n
     soft = sum(s for _, s in outcomes) / n
@@ -61,7 +61,7 @@ def test_an_early_reject_is_always_the_decision_a_full_evaluation_gives(case):
 @given(cases(), st.integers(1, 8))
 @settings(max_examples=800, deadline=None)
 def test_items_go_out_no_further_than_the_reject_can_come(case, width):
-    # stages.send_limit: from any scored prefix, the items it lets out all lie inside the prefix that proves the
+    # scoring.send_limit: from any scored prefix, the items it lets out all lie inside the prefix that proves the
     # reject, so none of them goes unused; and it lets at least one out, so the evaluation always moves on
     outcomes, order, metric, weight, density, density_weight, current = case
     ordered = [outcomes[i] for i in order]

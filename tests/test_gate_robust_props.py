@@ -48,7 +48,7 @@ def rules(draw, paired=None):
 
 
 def split_score(outcomes, rule: RobustRule, density: float) -> float:
-    """What a full evaluation records (stages.summarize): means in split order, plus the density bonus."""
+    """What a full evaluation records (scoring.summarize): means in split order, plus the density bonus."""
     n = len(outcomes)
     hard, soft = sum(o[0] for o in outcomes) / n, sum(o[1] for o in outcomes) / n
     return gate.with_density(gate.gate_score(hard, soft, rule.metric, rule.mixed_weight), density,

@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 from skillstate.skillopt import repair
 
 TYPES = ["a", "b", "c", "d"]
+values = st.sampled_from([0.0, 0.25, 0.5, 1.0])
 
 
 def harmful_of(found: list[repair.Verdict]) -> list[int]:
     """The edits the repair drops (whole-edit ablations: a verdict's index is the edit's)."""
     return sorted(v.index for v in found if v.harmful)
-values = st.sampled_from([0.0, 0.25, 0.5, 1.0])
 
 
 @st.composite

@@ -88,7 +88,7 @@ def test_the_work_at_the_start_is_all_used(tmp_path):
 
 
 def test_an_early_reject_leaves_no_call_in_flight_unused(tmp_path, plain):
-    # items go out only as far as all of them failing could take the reject (stages.send_limit)
+    # items go out only as far as all of them failing could take the reject (scoring.send_limit)
     result = _run(tmp_path, "reject", InFlight(0.01), overlap_start=False, speculative_rollout=False)
     assert _events(result.store, "r") == _events(plain.store, "r")
     assert any(s.type == "CandidateEvaluated" and s.event.partial is not None

@@ -22,7 +22,8 @@ from typing import Any
 
 from skillstate.engine.context import RunContext
 from skillstate.engine.lanes import CERTAIN, SPECULATIVE
-from skillstate.engine.stages import rollout_one, step_batches
+from skillstate.engine.scoring import rollout_one
+from skillstate.engine.stages import step_batches
 from skillstate.log.reducer import RunState
 
 # The stages of a step after its rollout: the ones that leave the cap mostly idle, and the gate's.

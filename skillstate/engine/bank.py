@@ -21,7 +21,7 @@ from skillstate.config import SkillConfig
 from skillstate.engine.context import RunContext, item_view
 from skillstate.engine.parsing import parse_reply
 from skillstate.engine.prompting import compose, to_json
-from skillstate.engine.stages import evaluate_cached
+from skillstate.engine.scoring import evaluate_cached
 from skillstate.log.events import CandidateBuilt, Event, ItemResult
 from skillstate.log.events_bank import BankEvolved, BankSeeded, BankValidated, SkillsDistilled
 from skillstate.log.reducer import RunState, cache_key, need, step_progress

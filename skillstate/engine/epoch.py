@@ -12,7 +12,8 @@ from skillstate.engine import gating
 from skillstate.engine.context import RunContext
 from skillstate.engine.parsing import GuidanceReply, MemoReply, Reply, parse_reply
 from skillstate.engine.prompting import compose, to_json
-from skillstate.engine.stages import early_reject_reason, evaluate_cached, evaluate_early, rollout_items
+from skillstate.engine.scoring import evaluate_cached, evaluate_early, rollout_items
+from skillstate.engine.stages import early_reject_reason
 from skillstate.llm.base import CallResult
 from skillstate.log.events import Event, ItemResult
 from skillstate.log.events_epoch import (

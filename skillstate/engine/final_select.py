@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from skillstate.config import SkillConfig
 from skillstate.engine.context import RunContext
-from skillstate.engine.stages import evaluate_cached
+from skillstate.engine.scoring import evaluate_cached
 from skillstate.log.events import Event
 from skillstate.log.reducer import RunState, cache_key, need
 from skillstate.log.selection_events import Candidate, FinalSelected, SelectionScored

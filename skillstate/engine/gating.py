@@ -80,7 +80,7 @@ def _item(results: dict[str, ItemResult], item_id: str) -> ItemResult:
 
 def early_check(ctx: RunContext, state: RunState, split: str, order: Sequence[dict[str, Any]], score: float,
                 density: float, cost: float = 0.0) -> Callable[[list[ItemResult]], tuple[int, float] | None]:
-    """For `stages.evaluate_early`: given the scored prefix (in `order`),
+    """For `scoring.evaluate_early`: given the scored prefix (in `order`),
     (its length, the score bound) once it proves a reject, else None."""
     ref = reference(ctx, state, split, [i["id"] for i in order], score)
     rule = rule_of(ctx.config)

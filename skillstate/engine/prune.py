@@ -21,7 +21,8 @@ from skillstate.engine import gating
 from skillstate.engine.context import RunContext
 from skillstate.engine.parsing import parse_reply
 from skillstate.engine.prompting import compose, to_json
-from skillstate.engine.stages import early_reject_reason, evaluate_cached, evaluate_early, gate_decision
+from skillstate.engine.scoring import evaluate_cached, evaluate_early
+from skillstate.engine.stages import early_reject_reason, gate_decision
 from skillstate.engine.update import patch_skill
 from skillstate.log.events import Event
 from skillstate.log.prune_events import PruneDecided, PruneLine, PruneProposed

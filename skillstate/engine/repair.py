@@ -14,7 +14,7 @@ from typing import Any
 from skillstate.config import SkillConfig
 from skillstate.engine import gating
 from skillstate.engine.context import RunContext
-from skillstate.engine.stages import check_rollout_errors, early_prefix, rollout_one
+from skillstate.engine.scoring import check_rollout_errors, early_prefix, rollout_one
 from skillstate.engine.update import patch_skill
 from skillstate.log.events import CandidateBuilt, Event, ItemResult
 from skillstate.log.events_repair import EditAblation, EditsAblated

@@ -68,15 +68,16 @@ def skill_at(store: Store, run_id: str | None, step: int | None = None, best: bo
     """(run_id, skill text). With a step: the current skill after it, or the
     best one so far with `best`. Without a step: the run's best skill."""
     loaded = load_run(store, run_id)
-    if step is None:
-        state = loaded.state
-        best = True
-    else:
-        state = loaded.state_at(step)
-    h = state.best_skill if best else state.current_skill
+    return loaded.run_id, store.get_blob(chosen_skill(loaded, step, best))
+
+
+def chosen_skill(loaded: LoadedRun, step: int | None = None, best: bool = False) -> str:
+    """The hash of the skill `skill_at` picks from a folded run."""
+    state = loaded.state if step is None else loaded.state_at(step)
+    h = state.best_skill if best or step is None else state.current_skill
     if h is None:
         raise NotFoundError(f"run {loaded.run_id!r} has no skill yet")
-    return loaded.run_id, store.get_blob(h)
+    return h
 
 
 def skill_diff(store: Store, run_id: str | None, step_a: int, step_b: int) -> tuple[str, str]:

@@ -4,29 +4,27 @@ run of a markdown file that opens with a valid front matter, that one file."""
 
 from __future__ import annotations
 
-from skillstate.engine.loading import load_run
-from skillstate.errors import NotFoundError, UserError
+from skillstate.engine.loading import LoadedRun, load_run
+from skillstate.errors import UserError
+from skillstate.reading.history import chosen_skill
 from skillstate.skilltree import SkillTree, decode_tree, from_markdown, validate_skill, with_skill_md
 from skillstate.storage.store import Store
 
 
 def installable_skills(store: Store, run_id: str | None, step: int | None = None,
                        best: bool = False) -> tuple[str, list[tuple[str, SkillTree]]]:
-    """(run id, [(name, tree)]): for a bank run (mode bank) one Agent Skill
-    per bank skill (`bank.agent_skills`), else the one `installable_skill`
-    gives."""
+    """(run id, [(name, tree)]) of the skill `reading.history.skill_at`
+    picks: for a bank run (mode bank) one Agent Skill per bank skill
+    (`bank.agent_skills`), else the one `installable_skill` gives."""
     loaded = load_run(store, run_id)
+    text = store.get_blob(chosen_skill(loaded, step, best))
     if loaded.state.config.get("mode") != "bank":
-        rid, tree, name = installable_skill(store, loaded.run_id, step, best)
-        return rid, [(name, tree)]
+        tree, name = _installable(store, loaded, text)
+        return loaded.run_id, [(name, tree)]
     from skillstate.bank.agent_skills import bank_skill_trees
     from skillstate.bank.document import read_bank
 
-    state = loaded.state if step is None else loaded.state_at(step)
-    chosen = state.best_skill if best or step is None else state.current_skill
-    if chosen is None:
-        raise NotFoundError(f"run {loaded.run_id!r} has no skill yet")
-    skills = bank_skill_trees(read_bank(store.get_blob(chosen)))
+    skills = bank_skill_trees(read_bank(text))
     if not skills:
         raise UserError(f"the bank of run {loaded.run_id!r} holds no skill to install")
     return loaded.run_id, skills
@@ -39,11 +37,11 @@ def installable_skill(store: Store, run_id: str | None, step: int | None = None,
     skill without a name and a description, or a trained SKILL.md that no
     longer passes the Agent Skills checks."""
     loaded = load_run(store, run_id)
-    state = loaded.state if step is None else loaded.state_at(step)
-    chosen = state.best_skill if best or step is None else state.current_skill
-    if chosen is None:
-        raise NotFoundError(f"run {loaded.run_id!r} has no skill yet")
-    text = store.get_blob(chosen)
+    tree, name = _installable(store, loaded, store.get_blob(chosen_skill(loaded, step, best)))
+    return loaded.run_id, tree, name
+
+
+def _installable(store: Store, loaded: LoadedRun, text: str) -> tuple[SkillTree, str]:
     root = loaded.state.skill_tree
     tree = with_skill_md(decode_tree(store.get_blob(root), store.get_blobs), text) if root else from_markdown(text)
     report = validate_skill(tree, None)
@@ -55,4 +53,4 @@ def installable_skill(store: Store, run_id: str | None, step: int | None = None,
     except UserError as err:
         raise UserError(f"the skill of run {loaded.run_id!r} is not a valid Agent Skill: {err}") from None
     assert report.name is not None  # a valid Agent Skill has one
-    return loaded.run_id, tree, report.name
+    return tree, report.name
