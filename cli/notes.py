@@ -39,3 +39,24 @@ def tool_use_lines(s: dict[str, Any], width: int) -> list[str]:
         lines.extend(wrapped(f"warning: {n} of {replies} wrote a tool call as text ({{\"name\": ..., "
                              f"\"arguments\": ...}} in the content) that no tool ran; use {TOOL_FIX}", width))
     return lines if len(lines) > 1 else []
+
+
+def trigger_lines(s: dict[str, Any], width: int) -> list[str]:
+    """With progressive disclosure: how often the target loaded the trained skill (recall), how many of its skill
+    loads were the expected skill (precision), and the files it read, per evaluation."""
+    from skillstate.cli.tables import Col, fmt, table_lines
+
+    triggers = s.get("triggers")
+    if not triggers:
+        return []
+    names = {"baseline": "initial skill", "test_baseline": "initial skill", "test_best": "best skill",
+             "test_eval": "skill"}
+    rows = [[f"{names.get(label, label)} ({t['split']})", t["rollouts"], fmt(t["recall"]), fmt(t["precision"]),
+             t["wrong_loads"], sum(t["files_read"].values())] for label, t in triggers.items()]
+    lines = ["", *table_lines([Col("skill triggers", shrink=True), Col("rollouts", num=True), Col("recall", num=True),
+                               Col("precision", num=True), Col("wrong loads", num=True), Col("file reads", num=True)],
+                              rows, width)]
+    if all(not t["loads"] for t in triggers.values()):
+        lines.extend(wrapped("warning: the target never loaded a skill, so no score here measured one; check that "
+                             "the endpoint serves tool calls, or use disclosure: inline", width))
+    return lines

@@ -8,7 +8,7 @@ import click
 from rich.cells import cell_len
 
 from skillstate.cli.log_view import event_summary
-from skillstate.cli.notes import tool_use_lines, unrecorded_lines
+from skillstate.cli.notes import tool_use_lines, trigger_lines, unrecorded_lines
 from skillstate.cli.tables import MIN_SHRUNK, Col, clip, fmt, output_width, table_lines, wrapped
 from skillstate.engine.context import Progress
 from skillstate.log.events import (
@@ -185,6 +185,7 @@ def eval_text(s: dict[str, Any], width: int | None = None) -> str:
     lines.append("")
     lines.extend(cost_lines(s["cost"], width))
     lines.extend(tool_use_lines(s, width))
+    lines.extend(trigger_lines(s, width))
     lines.extend(failure_lines(s, width))
     return "\n".join(lines)
 
@@ -256,6 +257,7 @@ def summary_text(s: dict[str, Any], width: int | None = None) -> str:
     lines.extend(usage_lines(s["usage"], width))
     lines.extend(unrecorded_lines(s["usage"], width))
     lines.extend(tool_use_lines(s, width))
+    lines.extend(trigger_lines(s, width))
     if s.get("cost"):
         lines.append("")
         lines.extend(cost_lines(s["cost"], width))

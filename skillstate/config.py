@@ -144,6 +144,19 @@ class SkillConfig(Section):
         True, description="Keep the YAML front matter that opens the skill (an Agent Skills SKILL.md's name and "
                           "description) out of every edit, rewrite and full rewrite, and put it back unchanged "
                           "(runs logged before it existed read false).")
+    disclosure: Literal["inline", "tools"] = Field(
+        "inline", description="How the target sees an Agent Skills skill. inline: SKILL.md is its system prompt (a "
+                              "target without tool calling); tools: progressive disclosure, as agents install "
+                              "skills: the system prompt lists each installed skill's name and description, and the "
+                              "target loads a body with load_skill and a file with read_skill_file (question "
+                              "answering environments; the optimizer may then also edit the description).")
+    distractor_skills: tuple[str, ...] = Field(
+        (), description="With disclosure tools, more Agent Skills directories (or archives) "
+                                          "installed beside the trained one and never edited, as a user's "
+                                          ".claude/skills/ holds several; each is stored in the run's log.")
+    disclosure_max_calls: int = Field(
+        8, ge=2, le=64, description="With disclosure tools, the most target calls one rollout may make (skill loads "
+                                    "and file reads included) before it must answer.")
     eval_order: Literal["failed_first", "hardness"] = Field(
         "failed_first", description="The order early reject scores val items in: failed_first, those the current "
                                     "skill failed first; hardness, within each of those groups the items that the "

@@ -108,6 +108,8 @@ def _resolve_paths(data: dict[str, Any], file: Path) -> dict[str, Any]:
         return value if path.is_absolute() else os.path.normpath(folder / path)
 
     out = {key: absolute(data[key]) if key in ("data", "initial_skill") else value for key, value in data.items()}
+    if isinstance(data.get("distractor_skills"), list):
+        out["distractor_skills"] = [absolute(v) for v in data["distractor_skills"]]
     if isinstance(data.get("prompts"), dict):
         out["prompts"] = {name: absolute(value) if isinstance(value, str) and is_prompt_file(value) else value
                           for name, value in data["prompts"].items()}

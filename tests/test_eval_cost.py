@@ -269,7 +269,7 @@ def test_optimizer_prompt_files_ask_for_json_only():
     assert set(PROMPT_NAMES) <= {f.name[:-3] for f in files}
     # the targets' user prompts and the optimizer's system prompt are not JSON-reply calls
     for f in files:
-        if f.name[:-3] not in ("qa_user", "episode_user", "optimizer_system"):
+        if f.name[:-3] not in ("qa_user", "episode_user", "optimizer_system", "disclosure_system"):
             assert "Reply with JSON only" in f.read_text(encoding="utf-8"), f.name
 
 

@@ -248,3 +248,21 @@ def test_a_run_of_a_skill_directory_logs_its_best_skill_as_an_archive_that_insta
     assert exported.exit_code == 0, exported.output
     assert got.tree == load_skill(tmp_path / "x.skill").tree
     store.close()
+
+
+def test_a_disclosure_run_logs_its_trigger_rates(tmp_path):
+    from conftest import EXAMPLES
+
+    skills = EXAMPLES / "skills"
+    url = f"sqlite:///{tmp_path / 'disclosure.db'}"
+    store = Store(url)
+    Trainer(small_config(num_epochs=1, initial_skill=str(skills / "exact-answers"), disclosure="tools",
+                         distractor_skills=[str(skills / "distractors" / "number-words")]), store=store,
+            run_id="t").train()
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    export(url, tracking, "t", "--experiment", "triggers")
+    _client, (run,) = mlflow_runs(tracking, "triggers", "t")
+    metrics = run.data.metrics
+    assert metrics["triggers.test_best.recall"] > metrics["triggers.test_baseline.recall"]
+    assert {"triggers.baseline.precision", "triggers.test_best.wrong_loads"} <= set(metrics)
+    store.close()

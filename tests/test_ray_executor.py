@@ -125,6 +125,18 @@ def test_tool_using_episodes_on_ray_have_the_events_of_threads(cluster, on_threa
 
 
 @pytest.mark.ray
+def test_progressive_disclosure_on_ray_has_the_events_of_threads(cluster, tmp_path):
+    skills = EXAMPLES / "skills"
+    disclosed = {**QA, "initial_skill": str(skills / "exact-answers"), "disclosure": "tools",
+                 "distractor_skills": [str(skills / "distractors" / "number-words")]}
+    threads = Trainer(SkillConfig(**disclosed), db=f"sqlite:///{tmp_path / 't.db'}", run_id="d").train()
+    result = Trainer(SkillConfig(**disclosed, **RAY), db=f"sqlite:///{tmp_path / 'r.db'}", run_id="d").train()
+    _same_run(threads.store, "d", result.store, "d")  # the actors install the skills the driver's log holds
+    assert result.summary["triggers"]["test_best"]["recall"] == threads.summary["triggers"]["test_best"]["recall"]
+    assert_paid_once(result.store, "d")
+
+
+@pytest.mark.ray
 def test_a_worker_killed_in_the_middle_of_a_stage_loses_no_call_and_changes_no_event(cluster, on_threads,
                                                                                        tmp_path):
     """SIGKILL an environment actor while the first step's episodes run: Ray

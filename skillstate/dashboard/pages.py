@@ -18,6 +18,7 @@ from skillstate.reading.curves import run_curves
 from skillstate.reading.history import status_of
 from skillstate.reading.selection_report import gap_summary
 from skillstate.reading.step_detail import step_detail
+from skillstate.reading.triggers import run_triggers
 
 # A sentence ends at . ! or ? followed by space; a line of the skill is split
 # into its sentences so that each can be asked about.
@@ -96,6 +97,8 @@ def run_page(cache: RunCache, run_id: str, all_steps: bool = False) -> dict[str,
         "failed": {"count": sum(failed.values()), "common": max(failed, key=failed.__getitem__) if failed else None},
         "steps_shown": list(reversed(shown)), "steps_hidden": len(steps) - len(shown),
         "val_to_test": gap_summary(state),
+        "triggers": cache.memo(run_id, "triggers",
+                               lambda loaded: run_triggers(cache.store, loaded.state, loaded.lineage)),
     }
 
 

@@ -25,6 +25,7 @@ from skillstate.log.events import RunForked, RunStarted
 from skillstate.prompts import PROMPT_NAMES, resolve_prompts
 from skillstate.skillopt.final_selection import check_fork_selection, with_selection_split
 from skillstate.skillopt.scheduler import steps_per_epoch
+from skillstate.skilltree import EncodedTree
 from skillstate.storage.lease import host_id, lease_ttl
 from skillstate.storage.store import GENESIS, Store
 from skillstate.util import canonical_json, hash_value, sha256_text
@@ -69,6 +70,42 @@ def _imported_trajectories(path: str) -> str:
         return canonical_json([t.model_dump(mode="json") for t in load_trajectories(text)])
     except RecursionError:
         raise ConfigError(f"trajectories {path}: values nested too deeply to read") from None
+
+
+def _distractors(config: SkillConfig, source: InitialSkill, env_cls: type[SkillEnv]) -> list[EncodedTree]:
+    """The trees of `distractor_skills`, after checking that `disclosure: tools` can install the run's skills."""
+    if config.disclosure != "tools":
+        if config.distractor_skills:
+            raise ConfigError("distractor_skills are installed beside the trained skill only with disclosure: tools")
+        return []
+    if config.mode == "bank":
+        raise ConfigError("disclosure: tools installs one Agent Skills skill; mode bank retrieves bank skills itself")
+    if not issubclass(env_cls, QAEnv):
+        raise ConfigError(f"disclosure: tools plays question-answering environments, not env {config.env!r}: "
+                          "use disclosure: inline")
+    if source.encoded is None or source.report is None:
+        raise ConfigError("disclosure: tools installs an Agent Skills skill: initial_skill must be a skill "
+                          "directory (or its SKILL.md, or a .skill/.zip archive) with a name and a description")
+    keys = [k for k in (os.environ.get(m.api_key_env, "") for m in (config.target, config.optimizer)) if k]
+    names = {source.report.name: config.initial_skill}
+    out = []
+    for path in config.distractor_skills:
+        if not os.path.exists(os.path.expanduser(path)):
+            raise ConfigError(f"distractor skill {path}: no such file or directory")
+        if not is_skill_tree_path(path):
+            raise ConfigError(f"distractor skill {path}: not an Agent Skills skill (a directory, its SKILL.md with "
+                              "a front matter, or a .skill/.zip archive)")
+        try:
+            other = read_initial_skill(path, keys)
+        except ConfigError as err:
+            raise ConfigError(str(err).replace("initial skill", "distractor skill", 1)) from None
+        assert other.encoded is not None and other.report is not None  # a tree path reads as a tree
+        if other.report.name in names:
+            raise ConfigError(f"distractor skill {path}: the name {other.report.name!r} is already installed "
+                              f"(from {names[other.report.name]}); installed skills need distinct names")
+        names[other.report.name] = path
+        out.append(other.encoded)
+    return out
 
 
 def _initial_skill(config: SkillConfig, default: str | None, env: SkillEnv) -> InitialSkill:
@@ -163,6 +200,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     else:
         source = _initial_skill(config, default_skill, construct_env(env_cls, splits, settings, config.env))
         skill = source.text
+    distractors = _distractors(config, source, env_cls)
     prompts = resolve_prompts(config.prompts)
     blobs: dict[str, str] = {}
 
@@ -177,6 +215,10 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     tree = source.encoded
     if tree is not None:
         blobs.update(tree.blobs)
+    for other in distractors:
+        blobs.update(other.blobs)
+    tree_blobs = sorted({h for t in ([tree] if tree is not None else []) + distractors for h in t.blobs}
+                        - {t.root_hash for t in distractors} - ({tree.root_hash} if tree is not None else set()))
     spe = steps_per_epoch(len(splits[config.train_split]), config.batch_size, config.accumulation)
     if not eval_split:
         check_schedule(spe * config.num_epochs)
@@ -190,7 +232,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
         steps_per_epoch=0 if eval_split else spe, total_steps=0 if eval_split else spe * config.num_epochs,
         trajectories=imported,
         skill_tree=tree.root_hash if tree is not None else None,
-        skill_tree_blobs=sorted(h for h in tree.blobs if h != tree.root_hash) if tree is not None else [],
+        skill_tree_blobs=tree_blobs, distractors=[t.root_hash for t in distractors],
         package_version=__version__, kind="eval" if eval_split else "train", eval_split=eval_split,
     )
     store.append(run_id, [event], last_seq=0, last_hash=GENESIS, blobs_to_put=blobs,
@@ -201,6 +243,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
 # Keys a fork may not change: they define what the inherited state means (the episode keys decide what an
 # inherited score measured; the analysts' window, episode.reflect_*, may change).
 FIXED_ON_FORK = ("env", "env_config", "data", "train_split", "val_split", "test_split", "initial_skill", "mode",
+                 "disclosure", "distractor_skills", "disclosure_max_calls",
                  "final_selection.split", "final_selection.carve_from", "final_selection.size",
                  "bank.trajectories", "gate_length_penalty",
                  "episode.max_turns", "episode.max_invalid", "episode.history", "episode.max_observation_chars")

@@ -14,6 +14,11 @@ from skillstate.prompts import render
 
 MEMO_HEADER = ("Memo from earlier epochs of this run, about which kinds of edits helped or hurt. "
                "It is advice for you, the optimizer; it is not part of the skill.")
+# the analysts' rule for `describe` edits, where the target chooses skills by their descriptions
+DESCRIBE_OP = (" The target sees this skill only by the front matter's `description` until it loads it, so a "
+               "skill it does not load cannot help: `describe` replaces that description with `content` (one line, "
+               "at most 1024 characters, no `target`): say what the skill does and when to use it, naming every kind "
+               "of request it covers. The rest of the front matter cannot be edited.")
 BUFFER_HEADER = ("Earlier steps of this epoch: what each step did and which failures it saw; rejected edits "
                  "did not improve the selection score, so do not propose them again.")
 
@@ -53,6 +58,7 @@ def compose(ctx: RunContext, state: RunState, name: str, *, memo: bool = False, 
     with `memo` (the analysts, merges and ranking) the memo is prepended."""
     template = ctx.prompts[name]
     block = step_buffer_block(ctx, state) if buffer else ""
+    values.setdefault("describe_op", DESCRIBE_OP if ctx.config.disclosure == "tools" else "")
     text = render(template, step_buffer=block, **values)
     if block and "$step_buffer" not in template:
         text = text.rstrip("\n") + "\n" + block

@@ -23,7 +23,7 @@ from skillstate.engine.parsing import parse_reply
 from skillstate.engine.prompting import compose, to_json
 from skillstate.engine.scoring import evaluate_cached, evaluate_early
 from skillstate.engine.stages import early_reject_reason, gate_decision
-from skillstate.engine.update import patch_skill
+from skillstate.engine.update import patch_with
 from skillstate.log.events import Event
 from skillstate.log.prune_events import PruneDecided, PruneLine, PruneProposed
 from skillstate.log.reducer import RunState, cache_key, need
@@ -102,7 +102,7 @@ def propose(ctx: RunContext, state: RunState) -> list[Event]:
     if not picked:
         return [PruneProposed(**common)]
     edits = rules.deletion_edits([p.line for p in picked])
-    text, report, _ = patch_skill(base, edits, ctx.config.protect_front_matter)
+    text, report, _ = patch_with(ctx.config, base, edits)
     skill = ctx.put_blob(text)
     return [PruneProposed(skill=skill if skill != base_hash else None, lines=picked, edits=edits, report=report,
                           **common)]

@@ -137,7 +137,8 @@ class RayExecutor:
         connect(cfg)
         api_key = os.environ.get(cfg.target.api_key_env) if cfg.backend == "openai" else None
         spec = WorkerSpec(env=cfg.env, env_config=dict(cfg.env_config or {}), splits=splits,
-                          config=cfg.model_dump(mode="json"), prompts=dict(ctx.prompts), api_key=api_key)
+                          config=cfg.model_dump(mode="json"), prompts=dict(ctx.prompts), api_key=api_key,
+                          installation=getattr(ctx.env, "installation", None))
         desk = f"skillstate-desk-{uuid.uuid4().hex}"  # actors find it by name (a handle as an argument would be
         # an object-store argument, which Ray warns about for actors that restart)
         self.desk: Any = CallDesk.options(name=desk).remote(spec)  # type: ignore[attr-defined]

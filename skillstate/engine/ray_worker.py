@@ -50,6 +50,7 @@ class WorkerSpec:
     config: dict[str, Any]
     prompts: dict[str, str]
     api_key: str | None  # the target's key, for workers whose environment lacks it
+    installation: Any = None  # disclosure tools: the skills installed (envs.disclosure.Installation)
 
 
 @ray.remote(num_cpus=0)
@@ -105,6 +106,10 @@ class EnvWorker:
         if spec.api_key and not os.environ.get(self.config.target.api_key_env):
             os.environ[self.config.target.api_key_env] = spec.api_key
         self.env = make_env(spec.env, spec.env_config, spec.splits, self.config)
+        if spec.installation is not None:
+            from skillstate.envs.disclosure import disclosed
+
+            self.env = disclosed(self.env, spec.installation, self.config.disclosure_max_calls)
         self.backend = make_backend(self.config, self.env, "target")
         self.prompts = spec.prompts
         self.desk = desk

@@ -15,7 +15,7 @@ from skillstate.config import SkillConfig
 from skillstate.engine import gating
 from skillstate.engine.context import RunContext
 from skillstate.engine.scoring import check_rollout_errors, early_prefix, rollout_one
-from skillstate.engine.update import patch_skill
+from skillstate.engine.update import patch_with
 from skillstate.log.events import CandidateBuilt, Event, ItemResult
 from skillstate.log.events_repair import EditAblation, EditsAblated
 from skillstate.log.reducer import RunState, StepProgress, cache_key, need, step_progress
@@ -79,9 +79,8 @@ def ablate(ctx: RunContext, state: RunState) -> list[Event]:
         return [EditsAblated(changes=changes, affected_types=affected, item_ids=ids, **common, **scored_on,
                              reason="fewer than two edits changed the skill: nothing to ablate")]
     variants = [edits[i] if k is None else rules.without_part(edits[i], k) for i, k in units]
-    protected = cfg.protect_front_matter
-    skills = [patch_skill(base, [variants[u] if j == i else e for j, e in enumerate(edits)
-                                 if not (j == i and k is None)], protected)[0] for u, (i, k) in enumerate(units)]
+    skills = [patch_with(cfg, base, [variants[u] if j == i else e for j, e in enumerate(edits)
+                                     if not (j == i and k is None)])[0] for u, (i, k) in enumerate(units)]
     items = [ctx.env.item(i) for i in ids]
     jobs = [(u, item) for u in range(len(units)) for item in items]
     ctx.expect_calls(ctx.rollout_calls(len(jobs)))
@@ -103,7 +102,7 @@ def ablate(ctx: RunContext, state: RunState) -> list[Event]:
     culprit = harmful[0]
     dropped = [culprit.index] if culprit.part is None else []
     trimmed = {culprit.index: culprit.kept_as} if culprit.kept_as is not None else {}
-    text, report, restored = patch_skill(base, rules.repaired_edits(edits, dropped, trimmed), protected)
+    text, report, restored = patch_with(cfg, base, rules.repaired_edits(edits, dropped, trimmed))
     skill = ctx.put_blob(text)
     what = (f"dropped edit {culprit.index}" if culprit.part is None
             else f"left clause {culprit.part} out of edit {culprit.index}")

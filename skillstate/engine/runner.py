@@ -167,9 +167,30 @@ def drive(ctx: RunContext, state: RunState, before_stage: Callable[[str], None] 
 
 # Environment kinds by the config key `env`.
 def env_of(store: Store, state: RunState, config: SkillConfig | None = None) -> SkillEnv:
-    """The run's environment, with its stored settings, on the dataset snapshot stored in its log."""
-    return make_env(state.config.get("env", "qa"), state.config.get("env_config") or {}, dataset_of(store, state),
-                    config)
+    """The run's environment, with its stored settings, on the dataset snapshot stored in its log (played with
+    progressive disclosure, `disclosure: tools`, over the skills the log installs)."""
+    env = make_env(state.config.get("env", "qa"), state.config.get("env_config") or {}, dataset_of(store, state),
+                   config)
+    if state.config.get("disclosure") != "tools":
+        return env
+    from skillstate.envs.disclosure import disclosed
+
+    return disclosed(env, installation_of(store, state), int(state.config.get("disclosure_max_calls", 8)))
+
+
+def installation_of(store: Store, state: RunState) -> Any:
+    """The skills a `disclosure: tools` run installs, read from its log: the trained skill's tree and the
+    distractors."""
+    from skillstate.envs.disclosure import Installation, installed_skill
+    from skillstate.errors import CorruptLogError
+    from skillstate.skilltree import decode_tree
+
+    def tree(root: str) -> Any:
+        return decode_tree(store.get_blob(root), store.get_blobs)
+
+    if state.skill_tree is None:
+        raise CorruptLogError("a run with disclosure: tools has no skill tree in its RunStarted")
+    return Installation(tree(state.skill_tree), tuple(installed_skill(tree(h)) for h in state.distractors))
 
 
 def dataset_of(store: Store, state: RunState) -> dict[str, list[dict[str, Any]]]:

@@ -37,7 +37,7 @@ def rollout_one(ctx: RunContext, skill: str, item: dict[str, Any], sample: int |
         item_id=item["id"], task_type=out.task_type, hard=out.hard, soft=out.soft, fail_reason=out.fail_reason,
         prediction=out.prediction, trajectory=ctx.put_blob(canonical_json(stored)),
         call=out.call.ref if out.call else None, calls=[c.ref for c in out.calls], turns=out.turns,
-        seed=out.seed, retrieved=retrieved, sample=sample,
+        seed=out.seed, retrieved=retrieved, sample=sample, skills_loaded=out.skills_loaded, files_read=out.files_read,
     )
 
 

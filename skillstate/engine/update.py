@@ -11,8 +11,9 @@ from typing import Any
 from skillstate.engine.context import RunContext
 from skillstate.engine.parsing import RankReply, SkillReply, extract_json, parse_reply
 from skillstate.engine.prompting import compose, edits_json, to_json
-from skillstate.log.events import CandidateBuilt, Edit, EditsSelected, Event, LearningRateChosen
+from skillstate.log.events import ApplyEntry, CandidateBuilt, Edit, EditsSelected, Event, LearningRateChosen
 from skillstate.log.reducer import RunState, need, step_progress
+from skillstate.skillopt.describe import DESCRIBE, apply_describe
 from skillstate.skillopt.editor import CHANGED, apply_edits
 from skillstate.skillopt.guidance import body_of, front_of, guidance_of, protect, with_guidance
 from skillstate.skillopt.scheduler import clamp_edit_count
@@ -59,9 +60,10 @@ def select(ctx: RunContext, state: RunState) -> list[Event]:
     edits = need(p.merged, "PatchesMerged").edits
     base = ctx.blob(p.base_skill)
     if ctx.config.drop_noop_edits:
+        describes = ctx.config.disclosure == "tools" and ctx.config.protect_front_matter
         kept, dropped = screen_edits(body_of(base, front_matter=ctx.config.protect_front_matter),
                                      guidance_of(base) or "", edits, state.rejected_edits,
-                                     ctx.config.drop_rejected_edits)
+                                     ctx.config.drop_rejected_edits, front_of(base) if describes else None)
     else:
         kept, dropped = list(range(len(edits))), []
     budget = p.learning_rate.chosen if p.learning_rate is not None else p.edit_budget
@@ -88,18 +90,33 @@ def select(ctx: RunContext, state: RunState) -> list[Event]:
                           call=result.ref, **common)]
 
 
-def patch_skill(base: str, edits: list[Edit], front_matter: bool = True):
+def patch_skill(base: str, edits: list[Edit], front_matter: bool = True, describe: bool = False):
     """Apply edits to the skill's body and put its front matter (with
     `front_matter`: the config's protect_front_matter) and its slow-update
-    block back. Returns (text, apply report, whether the edits wrote block
+    block back. With `describe` (a run whose target sees skills by their
+    descriptions, `disclosure: tools`), a `describe` edit sets the front
+    matter's description (`skillopt.describe`); without, it is an unknown op,
+    as it always was. Returns (text, apply report, whether the edits wrote block
     markers or a front matter that had to be removed)."""
     body = body_of(base, front_matter=front_matter)
-    text, report = apply_edits(body, edits)
+    text, report = apply_edits(body, [e for e in edits if not (describe and e.op == DESCRIBE)])
     restored = body_of(text, front_matter=front_matter) != text
+    front = front_of(base) if front_matter else ""
+    report = [*report]
+    for index, edit in enumerate(edits):  # describe edits set the front matter's description, in order
+        if describe and edit.op == DESCRIBE:
+            front, status = apply_describe(front, edit.content)
+            report.insert(index, ApplyEntry(index=index, op=edit.op, status=status))
+    report = [r.model_copy(update={"index": i}) for i, r in enumerate(report)]
     if not any(r.status in CHANGED for r in report):
         text = body  # nothing applied: the base, in canonical form (itself when it already is)
-    front = front_of(base) if front_matter else ""
     return with_guidance(text, guidance_of(base), front, front_matter=front_matter), report, restored
+
+
+def patch_with(config: Any, base: str, edits: list[Edit]):
+    """`patch_skill` as the run's config asks: its front-matter protection, and
+    `describe` edits where the target chooses skills by description."""
+    return patch_skill(base, edits, config.protect_front_matter, config.disclosure == "tools")
 
 
 def update(ctx: RunContext, state: RunState) -> list[Event]:
@@ -109,7 +126,7 @@ def update(ctx: RunContext, state: RunState) -> list[Event]:
     protected = ctx.config.protect_front_matter
     extra: dict = {"method": mode}
     if mode == "patch":
-        text, report, restored = patch_skill(base, need(p.selected, "EditsSelected").edits, protected)
+        text, report, restored = patch_with(ctx.config, base, need(p.selected, "EditsSelected").edits)
         extra["report"] = report
     elif mode == "full_rewrite":
         text, restored = protect(base, ctx.blob(need(need(p.merged, "PatchesMerged").skill, "the merged skill")),

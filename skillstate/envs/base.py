@@ -46,6 +46,8 @@ class RolloutOutcome:
     trajectory: dict[str, Any] | None = None
     turns: int = 0
     seed: int | None = None
+    skills_loaded: list[str] = field(default_factory=list)  # disclosure tools: the skills the target loaded
+    files_read: list[str] = field(default_factory=list)  # and the files it read ("skill/path")
 
 
 def score_problem(value: Any) -> str | None:
@@ -96,6 +98,10 @@ def check_outcome(outcome: Any, env_name: str, item_id: str) -> RolloutOutcome:
                                                                         for c in outcome.calls)),
                      ("messages", isinstance(outcome.messages, list) and all(isinstance(m, dict)
                                                                               for m in outcome.messages)),
+                     ("skills_loaded", isinstance(outcome.skills_loaded, list)
+                      and all(isinstance(x, str) for x in outcome.skills_loaded)),
+                     ("files_read", isinstance(outcome.files_read, list)
+                      and all(isinstance(x, str) for x in outcome.files_read)),
                      ("trajectory", outcome.trajectory is None or isinstance(outcome.trajectory, dict))):
         if not ok:
             raise refuse(name, f"has the wrong type ({_shown(getattr(outcome, name))})")

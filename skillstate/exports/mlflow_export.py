@@ -11,7 +11,9 @@ One skillstate run becomes one MLflow run, found again by its tag
   `cumulative_cost_usd` (a fork's inherited steps included) and `calls`;
 - summary metrics: the baseline's validation scores, the test reports
   (`test.best.hard`, `test.best.by_task_type.arithmetic.hard`, ...), the best
-  step, the counts of decisions and the run's cost;
+  step, the counts of decisions and the run's cost; with progressive
+  disclosure, the trigger rates (`triggers.test_best.recall`, `.precision`,
+  `.wrong_loads`, `.loads`, for `baseline`, `test_baseline` and `test_best`);
 - artifacts: `skills/initial.md`, `skills/step_NNN.md` (the skill each
   accepted step made current), `skills/best.md`, for a fork
   `skills/fork_start.md`, `curves.json` (`skillstate.reading.curves.run_curves`), and for a
@@ -163,6 +165,9 @@ def _summary_metrics(curves: dict[str, Any], state: Any) -> dict[str, float]:
         for task_type, scores in (report.get("by_task_type") or {}).items():
             for name in ("hard", "soft", "n"):
                 put(f"test.{label}.by_task_type.{task_type}.{name}", scores.get(name))
+    for label, rates in (curves.get("triggers") or {}).items():  # progressive disclosure's trigger rates
+        for name in ("recall", "precision", "wrong_loads", "loads"):
+            put(f"triggers.{label}.{name}", rates.get(name))
     if curves.get("kind") != "eval":
         put("final.best_score", curves.get("best_score"))
         put("final.best_step", curves.get("best_step"))
@@ -200,6 +205,7 @@ class _Exporter:
     def export(self, run_id: str | None) -> dict[str, Any]:
         from skillstate.engine.runner import load_run
         from skillstate.reading.curves import run_curves
+        from skillstate.reading.triggers import run_triggers
 
         loaded = load_run(self.store, run_id)
         if loaded.run_id in self.done:
@@ -207,6 +213,7 @@ class _Exporter:
         state = loaded.state
         parent = self.export(state.parent_run_id) if state.parent_run_id else None
         curves = run_curves(loaded)
+        curves["triggers"] = run_triggers(self.store, state, loaded.lineage)
         seq, last_hash = loaded.log_position
         head = f"{seq}:{last_hash}"
         existing = self.find(loaded.run_id)

@@ -68,6 +68,9 @@ class RunStarted(Event):
     # Both are left out of the stored payload when there is none, so a markdown skill's event reads as before.
     skill_tree: str | None = None
     skill_tree_blobs: list[str] = []
+    # disclosure tools: the tree blobs of the distractor skills installed beside the trained one (their files'
+    # blobs are in skill_tree_blobs); left out when there are none.
+    distractors: list[str] = []
 
     @model_serializer(mode="wrap")
     def _without_tree_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -75,12 +78,14 @@ class RunStarted(Event):
         if data.get("skill_tree") is None:
             data.pop("skill_tree", None)
             data.pop("skill_tree_blobs", None)
+        if not data.get("distractors"):
+            data.pop("distractors", None)
         return data
 
     def blob_refs(self) -> list[str]:
         return [self.initial_skill, *(s["hash"] for s in self.dataset.values()), *self.prompts.values(),
                 *([self.trajectories] if self.trajectories else []),
-                *([self.skill_tree, *self.skill_tree_blobs] if self.skill_tree else [])]
+                *([self.skill_tree, *self.skill_tree_blobs] if self.skill_tree else []), *self.distractors]
 
 
 class RunForked(Event):

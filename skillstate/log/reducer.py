@@ -175,7 +175,8 @@ def reduce(state: RunState, event: Event) -> RunState:
                        steps_per_epoch=event.steps_per_epoch, total_steps=event.total_steps,
                        current_skill=event.initial_skill, best_skill=event.initial_skill,
                        kind=event.kind, eval_split=event.eval_split, trajectories=event.trajectories,
-                       start_skill=event.initial_skill, skill_tree=event.skill_tree)
+                       start_skill=event.initial_skill, skill_tree=event.skill_tree,
+                       distractors=tuple(event.distractors))
 
     if not state.started:
         raise FoldError(f"{event.type} before the run started")

@@ -125,6 +125,7 @@ class RunState:
     dataset: Mapping = field(default_factory=lambda: EMPTY)
     initial_skill: str | None = None
     skill_tree: str | None = None  # the Agent Skills tree initial_skill's SKILL.md came from (RunStarted)
+    distractors: tuple[str, ...] = ()  # disclosure tools: the trees of the skills installed beside it
     parent_run_id: str | None = None
     fork_step: int | None = None
     steps_per_epoch: int = 0

@@ -89,6 +89,10 @@ class ItemResult(Frozen):
     seed: int | None = None  # what the environment was reset with (multi-turn)
     retrieved: list[RetrievedSkill] = []  # mode bank: the skills the agent was shown (left out of dumps when none)
     sample: int | None = None  # one of `samples` per item (eval runs for GRPO groups; left out of dumps when None)
+    # disclosure tools: the installed skills the target loaded, and the files it read ("skill/path"); left out
+    # of dumps when empty
+    skills_loaded: list[str] = []
+    files_read: list[str] = []
 
     @model_serializer(mode="wrap")
     def _without_unset_extras(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -97,6 +101,9 @@ class ItemResult(Frozen):
             data.pop("retrieved", None)
         if data.get("sample") is None:
             data.pop("sample", None)
+        for key in ("skills_loaded", "files_read"):
+            if not data.get(key):
+                data.pop(key, None)
         return data
 
     def all_calls(self) -> list[CallRef]:

@@ -21,6 +21,8 @@ PROMPT_NAMES = (
     "learning_rate", "slow_update", "meta_skill", "prune",
     # multi-turn environments
     "episode_user",
+    # progressive disclosure (disclosure: tools)
+    "disclosure_system",
     # the skill bank (mode: bank)
     "distill", "evolve",
 )

@@ -20,6 +20,7 @@ from skillstate.pricing import cost_usd, price_for, sent_cost
 from skillstate.reading.failures import event_call_refs, failed_call_tokens, failed_calls, unused_calls
 from skillstate.reading.selection_report import gap_summary
 from skillstate.reading.tool_use import tool_use
+from skillstate.reading.triggers import run_triggers
 from skillstate.skilltree import SKILL_MD
 from skillstate.storage.store import Store
 
@@ -155,8 +156,9 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
                            for stage, roles in own.usage_by_stage.items()},
         "cost": cost_summary(sent_rows, dict(s.config), own, roles_of(s.kind)),
         "failures": failed_calls(refs),
-        "tool_use": tool_use(store, str(s.config.get("env", "qa")), refs),
+        "tool_use": tool_use(store, str(s.config.get("env", "qa")), refs, s.config.get("disclosure") == "tools"),
         **({"skill_tree": skill_tree_summary(store, s.skill_tree)} if s.skill_tree else {}),
+        **({"triggers": triggers} if (triggers := run_triggers(store, s, loaded.lineage)) else {}),
     }
 
 

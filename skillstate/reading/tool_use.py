@@ -55,11 +55,12 @@ def _is_call(value: Any) -> bool:
     return isinstance(value.get("name"), str) and ("arguments" in value or "parameters" in value)
 
 
-def tool_use(store: Store, env: str, refs: EventRefs) -> dict[str, int] | None:
-    """For a run whose target calls tools: of the target replies its events
-    depend on, how many there are, the tool calls they made, and how many
-    wrote a tool call as text instead. None for other environments."""
-    if not _uses_tools(env):
+def tool_use(store: Store, env: str, refs: EventRefs, disclosure: bool = False) -> dict[str, int] | None:
+    """For a run whose target calls tools (a tool environment's, or the skill
+    tools of `disclosure`): of the target replies its events depend on, how
+    many there are, the tool calls they made, and how many wrote a tool call
+    as text instead. None for other runs."""
+    if not disclosure and not _uses_tools(env):
         return None
     hashes = {ref.request_hash for _, called in refs for ref in called if ref.role == "target" and ref.error is None}
     out = {"replies": 0, "tool_calls": 0, "text_tool_calls": 0}

@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any
 
 from skillstate.log.events import Edit
+from skillstate.sim.disclosure import hits, topic, triggers
 from skillstate.sim.noise import OFF
 from skillstate.sim.pruner import max_lines, prune_reply
 from skillstate.sim.reading import OptimizerRequest
@@ -30,6 +31,18 @@ def _json(text: str | None) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return None
+
+
+def parse_front_matter_or_none(skill: str) -> dict[str, Any] | None:
+    """The fields of the front matter a skill opens with, or None."""
+    from skillstate.errors import UserError
+    from skillstate.skilltree.frontmatter import parse_front_matter
+
+    try:
+        front = parse_front_matter(skill)
+    except UserError:
+        return None
+    return dict(front.fields) if front is not None else None
 
 
 def _tokens(text: str) -> int:
@@ -205,6 +218,10 @@ class SimOptimizer:
         ranked = sorted(counts.items(), key=lambda kv: (kv[0] not in focus, -kv[1], kv[0]))
         edits: list[dict[str, str]] = []
         summary: list[str] = []
+        describe = self._describe(prompt, skill, failures, rng) if budget else None
+        if describe is not None:  # the skill was not even loaded: its description comes first
+            edits.append(describe)
+            summary.append("the target did not load the skill for some of them")
         for task_type, n in ranked[:2]:  # an analyst focuses on the commonest patterns
             if len(edits) >= budget:
                 break
@@ -213,6 +230,24 @@ class SimOptimizer:
             if edit:
                 edits.append(edit)
         return self._patch_reply(prompt, skill, f"Looked at {len(failures)} failures.", summary, edits)
+
+    def _describe(self, prompt: str, skill: str, failures: list[dict], rng) -> dict[str, str] | None:
+        """With progressive disclosure (the prompt offers `describe`): a description that also names the kinds of
+        failed question the target did not load the skill for; None when it loaded it for all of them."""
+        if "`describe`" not in prompt or rng.random() < 0.15:
+            return None
+        front = parse_front_matter_or_none(skill)
+        if front is None or not isinstance(front.get("description"), str):
+            return None
+        name, old = front.get("name"), str(front["description"]).strip()
+        missed = Counter(str(f.get("task_type", "")) for f in failures if isinstance(f, dict)
+                         and isinstance(f.get("skills_loaded"), list) and name not in f["skills_loaded"])
+        kinds = [t for t, _n in sorted(missed.items(), key=lambda kv: (-kv[1], kv[0]))
+                 if hits(old, t) < len(triggers(t))][:2]
+        if not kinds:
+            return None
+        new = f"{old.rstrip('. ')}; also {' and '.join(topic(t) for t in kinds)} questions."
+        return {"op": "describe", "target": "", "content": new} if len(new) <= 1024 else None
 
     def _success_analyst(self, prompt: str, skill: str, successes: list[dict], rng, avoid: set[str]) -> str:
         if self.noise.paraphrases and rng.random() < self.noise.paraphrases:

@@ -170,6 +170,12 @@ class SimWorld:
     def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
               seed: int | None = None) -> tuple[str, list[Any]]:
         """The target's (text, tool calls) for a request; `seed` picks another sample."""
+        from skillstate.envs.disclosure import LOAD_SKILL
+
+        if any(t.get("function", {}).get("name") == LOAD_SKILL for t in tools):  # disclosure: tools
+            from skillstate.sim.disclosure import disclosure_reply
+
+            return disclosure_reply(self, messages, seed)
         system = next((m["content"] for m in messages if m["role"] == "system"), "")
         user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         return self.answer(system, user, seed), []

@@ -14,6 +14,10 @@ when:
 - `no_change`: a replace whose content equals its target;
 - `duplicate`: the same edit as an earlier one in the patch;
 - `unknown_op`: an op the editor does not know;
+- `no_front_matter` / `invalid_description` / `no_change`: a `describe`
+  edit (only where the run takes them, `front` given) on a skill without a
+  front matter, with a description that is not one line of 1 to 1,024
+  characters, or the description the skill already has;
 - `rejected_before` (only with `drop_rejected_edits` N > 0): the same edit
   was in N or more rejected candidates of the run, or was dropped by the
   repair as harmful (each counts once).
@@ -25,6 +29,7 @@ import re
 from collections.abc import Mapping
 
 from skillstate.log.events import DroppedEdit, Edit
+from skillstate.skillopt.describe import DESCRIBE, describe_status
 
 _MARKER = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 
@@ -66,12 +71,14 @@ def normalized_counts(raw: Mapping[tuple[str, str, str], int]) -> dict[tuple[str
 
 def screen_edits(body: str, block: str, edits: list[Edit],
                  rejected: Mapping[tuple[str, str, str], int] | None = None,
-                 max_rejections: int = 0) -> tuple[list[int], list[DroppedEdit]]:
+                 max_rejections: int = 0, front: str | None = None) -> tuple[list[int], list[DroppedEdit]]:
     """(indexes of the edits kept, the dropped ones with their reasons), for a
     skill whose editable text is `body` and whose protected block is `block`.
     With `max_rejections` N > 0, an edit that was in N or more rejected
     candidates of the run (`rejected`: (op, target, content) -> count, as
-    the fold keeps them) is dropped as `rejected_before`."""
+    the fold keeps them) is dropped as `rejected_before`. `front`: the
+    skill's front matter where the run takes `describe` edits (None: it
+    does not, and they are unknown ops)."""
     held = set(_lines(body))
     counts = normalized_counts(rejected) if rejected and max_rejections > 0 else {}
     whole = " ".join(_lines(body))
@@ -80,7 +87,8 @@ def screen_edits(body: str, block: str, edits: list[Edit],
     seen: set[tuple[str, str, str]] = set()
     for i, edit in enumerate(edits):
         key = edit_key(edit)
-        reason = _reason(edit, body, block, held, whole)
+        reason = (describe_status(front, edit.content) if front is not None and edit.op == DESCRIBE
+                  else _reason(edit, body, block, held, whole))
         if reason is None and key in seen:
             reason = "duplicate"
         if reason is None and counts and counts.get(key, 0) >= max_rejections:
