@@ -56,11 +56,12 @@ def step_text(d: dict[str, Any], width: int | None = None) -> str:
             what = dr.get("content") or dr.get("target") or ""
             lines.append(clip(f"  dropped ({dr['reason'].replace('_', ' ')}): {dr.get('op', '')} {what}", width))
         report = d.get("apply_report", [])
-        rows = [[report[i]["status"] if i < len(report) else "kept", e["op"], e["source"], e["support"],
-                 e["content"] or e["target"]] for i, e in enumerate(s["edits"])]
+        files = any("file" in e for e in s["edits"])  # a skill directory's run: the file each edit changes
+        rows = [[report[i]["status"] if i < len(report) else "kept", e["op"], *([e.get("file", "")] if files else []),
+                 e["source"], e["support"], e["content"] or e["target"]] for i, e in enumerate(s["edits"])]
         if rows:
-            lines.extend(table_lines([Col("status"), Col("op"), Col("source"), Col("support", num=True),
-                                      Col("edit", shrink=True)], rows, width, indent=2))
+            lines.extend(table_lines([Col("status"), Col("op"), *([Col("file")] if files else []), Col("source"),
+                                      Col("support", num=True), Col("edit", shrink=True)], rows, width, indent=2))
     for key in ("distilled", "validated", "evolved"):  # the bank's stages, in their order
         if key == "validated" and key in d:
             v = d[key]

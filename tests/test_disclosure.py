@@ -21,7 +21,7 @@ from skillstate.engine.update import patch_skill
 from skillstate.envs.disclosure import LOAD_SKILL, READ_FILE, Installation, catalogue, installed_skill, run_tool
 from skillstate.log.event_codec import encode
 from skillstate.log.events import BaselineEvaluated, RunStarted
-from skillstate.log.values import Edit
+from skillstate.log.values import DroppedEdit, Edit
 from skillstate.reading.audit import audit, verify
 from skillstate.reading.triggers import trigger_rates
 from skillstate.sim.disclosure import catalogue_of, to_load, to_read
@@ -105,6 +105,10 @@ def test_screening_drops_describe_edits_that_cannot_apply():
     assert kept == [3] and [d.reason for d in dropped] == ["no_change", "invalid_description", "invalid_description"]
     assert screen_edits("- Be brief.\n", "", edits[3:], front="")[1][0].reason == "no_front_matter"
     assert screen_edits("- Be brief.\n", "", edits[3:])[1][0].reason == "unknown_op"  # not taken by this run
+    two = [Edit(op="describe", content="Answer sums."), Edit(op="append", content="- x"),
+           Edit(op="describe", content="Answer dates.")]  # each sets the whole description: the first is kept
+    assert screen_edits("- Be brief.\n", "", two, front=FRONT) == ([0, 1], [DroppedEdit(index=2,
+                                                                                           reason="another_describe")])
 
 
 # --- the installed skills and their tools ----------------------------------------------------
@@ -189,6 +193,10 @@ def test_a_disclosure_run_installs_the_skills_learns_when_to_load_and_replays(di
     best = call("export", "p", "--db", store.url)
     assert description_of(front_of(best)) != description_of(front_of((TRAINED / "SKILL.md").read_text()))
     assert "skill triggers" in call("show", "p", "--db", store.url)
+    files = [e["file"] for step in range(1, summary["steps"] + 1)
+             for e in json.loads(call("show", "p", "--step", str(step), "--json", "--db", store.url))
+             .get("selected", {}).get("edits", [])]
+    assert "SKILL.md (description)" in files and set(files) == {"SKILL.md", "SKILL.md (description)"}
     assert audit(store, "p").ok
     report = verify(store, "p")
     assert report.ok and report.checked == report.total
@@ -254,3 +262,14 @@ def test_the_dashboard_shows_the_trigger_rates(disclosed_run):
         html = client.get("/runs/p").text
     view.close()
     assert "Skill triggers" in html and "test_best (test)" in html and "exact-answers/references/reading.md" in html
+
+
+def test_the_plot_draws_the_trigger_rates_beside_the_task_types(disclosed_run):
+    pytest.importorskip("matplotlib")
+    from skillstate.exports.plots import plot_runs
+
+    _, store = disclosed_run
+    fig = plot_runs(store, ["p"])
+    labels = [t.get_text() for t in fig.axes[1].get_xticklabels()]
+    assert labels[-2:] == ["trigger\nrecall\nn=60", "trigger\nprecision\nn=60"]
+    assert "skill trigger rates" in fig.axes[1].get_title(loc="left")

@@ -87,6 +87,10 @@ class RunCurves:
     parent_plotted: bool
 
 
+# With progressive disclosure, bars after the task types: (label, key of reading.triggers' rates).
+TRIGGER_BARS = (("trigger recall", "recall"), ("trigger precision", "precision"))
+
+
 def _matplotlib() -> Any:
     try:
         import matplotlib
@@ -110,6 +114,7 @@ def load_curves(store: Store, run_ids: list[str | None]) -> list[dict[str, Any]]
     evaluation runs and runs with no decided step."""
     from skillstate.engine.runner import load_run
     from skillstate.reading.curves import run_curves
+    from skillstate.reading.triggers import run_triggers
 
     out, seen = [], set()
     for run_id in run_ids or [None]:
@@ -118,6 +123,7 @@ def load_curves(store: Store, run_ids: list[str | None]) -> list[dict[str, Any]]
             raise UserError(f"run {loaded.run_id!r} is named twice")
         seen.add(loaded.run_id)
         curves = run_curves(loaded)
+        curves["triggers"] = run_triggers(store, loaded.state, loaded.lineage)  # progressive disclosure's rates
         if curves["kind"] == "eval":
             raise UserError(f"run {loaded.run_id!r} is an evaluation run: it has no learning curve to plot "
                             "(name a training run)")
@@ -333,19 +339,23 @@ def _bars_panel(ax: Axes, runs: list[RunCurves]) -> None:
 
     with_test = [r for r in runs if "best" in (r.data.get("tests") or {})]
     types: list[str] = sorted({t for r in with_test for t in r.data["tests"]["best"].get("by_task_type", {})})
-    cats = ["all items", *types]
+    rates = TRIGGER_BARS if any(r.data.get("triggers") for r in with_test) else ()  # progressive disclosure
+    cats = ["all items", *types, *(label for label, _key in rates)]
 
-    def scores(report: dict[str, Any] | None) -> list[float]:
+    def scores(report: dict[str, Any] | None, run: RunCurves, label: str) -> list[float]:
         if report is None:
             return [float("nan")] * len(cats)
         by = report.get("by_task_type", {})
-        return [report.get("hard", float("nan"))] + [by.get(t, {}).get("hard", float("nan")) for t in types]
+        trig = (run.data.get("triggers") or {}).get(f"test_{label}") or {}
+        return ([report.get("hard", float("nan"))] + [by.get(t, {}).get("hard", float("nan")) for t in types]
+                + [_num(trig.get(key)) for _label, key in rates])
 
-    def counts(report: dict[str, Any]) -> list[int | None]:
+    def counts(report: dict[str, Any], run: RunCurves) -> list[int | None]:
         by = report.get("by_task_type", {})
-        return [report.get("n")] + [by.get(t, {}).get("n") for t in types]
+        trig = (run.data.get("triggers") or {}).get("test_best") or {}
+        return [report.get("n")] + [by.get(t, {}).get("n") for t in types] + [trig.get("rollouts") for _ in rates]
 
-    baselines = [scores(r.data["tests"].get("baseline")) for r in with_test]
+    baselines = [scores(r.data["tests"].get("baseline"), r, "baseline") for r in with_test]
     shared_baseline = all(b == baselines[0] for b in baselines)
     series: list[tuple[str, list[float], dict[str, Any]]] = []
     if shared_baseline:
@@ -357,7 +367,8 @@ def _bars_panel(ax: Axes, runs: list[RunCurves]) -> None:
     for run in with_test:
         best_step = run.data.get("best_step")
         label = f"best skill (step {best_step})" if len(with_test) == 1 else f"best skill ({run.run_id})"
-        series.append((label, scores(run.data["tests"]["best"]), dict(facecolor=run.color, edgecolor="white")))
+        series.append((label, scores(run.data["tests"]["best"], run, "best"),
+                       dict(facecolor=run.color, edgecolor="white")))
 
     import numpy as np
 
@@ -371,16 +382,17 @@ def _bars_panel(ax: Axes, runs: list[RunCurves]) -> None:
         if k <= 2:
             ax.bar_label(bars, labels=[f"{v:.2f}" if v == v else "" for v in values], fontsize=6.5, padding=1.5,
                          color=INK)
-    n = counts(with_test[0].data["tests"]["best"])
+    n = counts(with_test[0].data["tests"]["best"], with_test[0])
     ax.set_xticks(centers, [_wrap(name) + (f"\nn={count}" if count is not None else "")
                             for name, count in zip(cats, n, strict=True)])
     ax.tick_params(axis="x", length=0)
     ax.set_ylim(0, 1.12)
     ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
     ax.grid(axis="x", visible=False)
-    ax.set_ylabel("test score (hard)")
+    ax.set_ylabel("test score (hard)" + (", rate" if rates else ""))
     split = with_test[0].data["tests"]["best"].get("split", "test")
-    ax.set_title(f"(b) {split} score by task type, baseline against best", loc="left")
+    ax.set_title(f"(b) {split} score by task type{' and skill trigger rates' if rates else ''}, baseline against "
+                 "best", loc="left")
     handles = [Patch(label=label, **{k: v for k, v in style.items() if k != "linewidth"})
                for label, _values, style in series]
     legend = ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,

@@ -24,11 +24,18 @@ from skillstate.log.events_bank import BankEvolved, BankValidated, SkillsDistill
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.reading.failures import event_call_refs, failed_calls
+from skillstate.skillopt.describe import DESCRIBE
+from skillstate.skilltree import SKILL_MD
 from skillstate.storage.store import Store
 
 
 def _edit(e) -> dict[str, Any]:
     return {"op": e.op, "target": e.target, "content": e.content, "source": e.source, "support": e.support}
+
+
+def _file_of(e) -> str:
+    """The file of a skill directory an edit changes (the run trains SKILL.md; `describe` its description)."""
+    return f"{SKILL_MD} (description)" if e.op == DESCRIBE else SKILL_MD
 
 
 def _bank_skill(skill) -> dict[str, Any]:
@@ -65,8 +72,10 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
                              "merge_calls": [m.model_dump(exclude={"call"}) for m in ev.merges]}
         elif isinstance(ev, EditsSelected):
             merged = out.get("merged", {}).get("edits", [])
+            tree = loaded.state.skill_tree is not None  # a skill directory: say which file each edit changes
             out["selected"] = {"method": ev.method, "budget": ev.budget, "candidates": ev.candidates,
-                               "indices": ev.selected_indices, "edits": [_edit(e) for e in ev.edits],
+                               "indices": ev.selected_indices,
+                               "edits": [{**_edit(e), **({"file": _file_of(e)} if tree else {})} for e in ev.edits],
                                "dropped": [{"index": d.index, "reason": d.reason,
                                             **(merged[d.index] if d.index < len(merged) else {})}
                                            for d in ev.dropped]}

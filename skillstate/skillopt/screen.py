@@ -18,6 +18,9 @@ when:
   edit (only where the run takes them, `front` given) on a skill without a
   front matter, with a description that is not one line of 1 to 1,024
   characters, or the description the skill already has;
+- `another_describe`: a `describe` edit after one already kept (each sets
+  the whole description, so a later one would overwrite the first: a
+  candidate gets one description, the first the merge ranks);
 - `rejected_before` (only with `drop_rejected_edits` N > 0): the same edit
   was in N or more rejected candidates of the run, or was dropped by the
   repair as harmful (each counts once).
@@ -91,6 +94,8 @@ def screen_edits(body: str, block: str, edits: list[Edit],
                   else _reason(edit, body, block, held, whole))
         if reason is None and key in seen:
             reason = "duplicate"
+        if reason is None and front is not None and edit.op == DESCRIBE and any(edits[k].op == DESCRIBE for k in kept):
+            reason = "another_describe"
         if reason is None and counts and counts.get(key, 0) >= max_rejections:
             reason = "rejected_before"
         if reason is None:
