@@ -153,10 +153,12 @@ class SkillConfig(Section):
     distractor_skills: tuple[str, ...] = Field(
         (), description="With disclosure tools, more Agent Skills directories (or archives) "
                                           "installed beside the trained one and never edited, as a user's "
-                                          ".claude/skills/ holds several; each is stored in the run's log.")
+                                          ".claude/skills/ holds several (a list of paths; one path alone "
+                                          "counts as a list of one); each is stored in the run's log.")
     disclosure_max_calls: int = Field(
-        8, ge=2, le=64, description="With disclosure tools, the most target calls one rollout may make (skill loads "
-                                    "and file reads included) before it must answer.")
+        8, ge=2, le=64, description="With disclosure tools, the most target calls one rollout may make (the calls "
+                                    "that load skills and read files included); a rollout that has not answered "
+                                    "by then fails (max_calls).")
     eval_order: Literal["failed_first", "hardness"] = Field(
         "failed_first", description="The order early reject scores val items in: failed_first, those the current "
                                     "skill failed first; hardness, within each of those groups the items that the "
@@ -274,6 +276,11 @@ class SkillConfig(Section):
     @classmethod
     def _off(cls, value: Any) -> Any:
         return "off" if value is False else value  # `--set prune=off` reads as YAML's false
+
+    @field_validator("distractor_skills", mode="before")
+    @classmethod
+    def _one_path(cls, value: Any) -> Any:
+        return (value,) if isinstance(value, str) else value  # `--set distractor_skills=DIR`
 
     @field_validator("target_score")
     @classmethod

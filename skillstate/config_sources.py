@@ -110,6 +110,8 @@ def _resolve_paths(data: dict[str, Any], file: Path) -> dict[str, Any]:
     out = {key: absolute(data[key]) if key in ("data", "initial_skill") else value for key, value in data.items()}
     if isinstance(data.get("distractor_skills"), list):
         out["distractor_skills"] = [absolute(v) for v in data["distractor_skills"]]
+    elif isinstance(data.get("distractor_skills"), str):  # one path
+        out["distractor_skills"] = [absolute(data["distractor_skills"])]
     if isinstance(data.get("prompts"), dict):
         out["prompts"] = {name: absolute(value) if isinstance(value, str) and is_prompt_file(value) else value
                           for name, value in data["prompts"].items()}

@@ -139,6 +139,38 @@ def test_the_skill_tools_load_a_body_read_a_file_and_refuse_in_one_line():
         out, _, _ = run_tool(skills, name, json.dumps(args))
         assert (says is None and not out.startswith("error")) or (says and out.startswith("error") and says in out)
     assert run_tool(skills, LOAD_SKILL, "{not json")[0].startswith("error: the arguments are not valid JSON")
+    for hostile in ("[" * 5000 + "]" * 5000, '{"name": ' + "9" * 5000 + "}", '{"name": "' + "x" * 20_000 + '"}'):
+        assert run_tool(skills, LOAD_SKILL, hostile)[0].startswith("error: the arguments")  # never a crash
+    out, loaded, _ = run_tool(skills, READ_FILE, json.dumps({"skill": "demo", "path": "SKILL.md"}))
+    assert loaded == "demo" and "See references/a.md." in out  # reading SKILL.md is loading the skill
+
+
+def test_a_tool_environment_survives_arguments_json_cannot_read():
+    from skillstate.envs.tools import ToolEnv
+
+    env = ToolEnv({"train": [{"id": "a"}]})
+    assert env._run({"id": "a"}, {"t"}, "t", "[" * 5000 + "]" * 5000)[0].startswith("error: the arguments")
+
+
+def test_a_skill_given_once_is_not_given_again_in_a_rollout():
+    from skillstate.envs.disclosure import DisclosureEnv
+    from skillstate.envs.qa import QAEnv
+    from skillstate.llm.base import CallRef, CallResult, ToolCall
+
+    env = DisclosureEnv(QAEnv({"test": [{"id": "q", "question": "2+2?", "answers": ["4"]}]}), _installation(), 4)
+    replies = iter([(ToolCall("c1", LOAD_SKILL, '{"name": "demo"}'), ToolCall("c2", LOAD_SKILL, '{"name": "demo"}')),
+                    (ToolCall("c3", READ_FILE, '{"skill": "demo", "path": "references/a.md"}'),), ()])
+
+    def complete(messages, tools=None):
+        return CallResult(CallRef(request_hash="h", role="target"), text="" if (calls := next(replies)) else "4",
+                          tool_calls=calls)
+
+    from skillstate.prompts import resolve_prompts
+
+    out = env.rollout(FRONT + "See references/a.md.\n", env.item("q"), complete, resolve_prompts({}))
+    tool_outputs = [m["content"] for m in out.trajectory["messages"] if m["role"] == "tool"]
+    assert tool_outputs[1] == "demo is already loaded above." and tool_outputs[2] == "rule A\n"
+    assert out.skills_loaded == ["demo"] and out.files_read == ["demo/references/a.md"] and out.hard == 1.0
 
 
 def test_the_sim_target_loads_the_best_matching_skills_and_reads_what_they_point_to():
@@ -227,6 +259,8 @@ def test_a_fork_of_a_disclosure_run_pays_nothing_again(disclosed_run):
     assert audit(store, "pf").ok and verify(store, "pf").ok
     refused_fork = call("fork", "p", "step_2", "--set", "disclosure=inline", "--db", store.url, code=2)
     assert "disclosure" in refused_fork
+    unprotected = call("fork", "p", "step_2", "--set", "protect_front_matter=false", "--db", store.url, code=2)
+    assert "needs protect_front_matter" in unprotected
 
 
 @pytest.mark.parametrize("args, match", [
@@ -239,9 +273,39 @@ def test_a_fork_of_a_disclosure_run_pays_nothing_again(disclosed_run):
      "distractor skill /no/such: no such file or directory"),
     (["--set", f"initial_skill={TRAINED}", "--set", "disclosure=tools", "--set", "env=sql"],
      "plays question-answering environments"),
+    (["--set", f"initial_skill={TRAINED}", "--set", "disclosure=tools", "--set", "protect_front_matter=false"],
+     "disclosure: tools needs protect_front_matter"),
 ])
 def test_a_disclosure_config_that_cannot_install_is_refused_in_one_line(tmp_path, args, match):
     refused(tmp_path / "r.db", "run", *args, match=match)
+
+
+def test_an_expected_skill_that_is_not_installed_is_refused(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "val", "test"):
+        rows = [{"id": f"{split}{i}", "question": f"What is {i}+1?", "answers": [str(i + 1)], "task_type": "arithmetic",
+                 "expected_skill": "exact-answer" if split == "val" and i == 1 else "exact-answers"} for i in range(3)]
+        (data / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    refused(tmp_path / "r.db", "run", "--data", str(data), "--set", f"initial_skill={TRAINED}", "--set",
+            "disclosure=tools", match="item 'val1' of split 'val': expected_skill 'exact-answer' is not an installed")
+
+
+def test_one_describe_per_candidate_even_without_the_no_op_screen():
+    from skillstate.skillopt.screen import screen_describes
+
+    edits = [Edit(op="append", content="- x"), Edit(op="describe", content="Answer sums."),
+             Edit(op="describe", content="Answer dates."), Edit(op="describe", content="")]
+    assert screen_describes(edits, FRONT) == ([0, 1], [DroppedEdit(index=2, reason="another_describe"),
+                                                       DroppedEdit(index=3, reason="invalid_description")])
+
+
+def test_one_distractor_path_alone_reads_as_a_list_of_one(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"initial_skill: {TRAINED}\ndisclosure: tools\ndistractor_skills: {DISTRACTORS[0]}\n"
+                      "num_epochs: 1\n", encoding="utf-8")
+    out = call("run", "--config", str(config), "--db", f"sqlite:///{tmp_path / 'o.db'}")
+    assert "skill triggers" in out
 
 
 def test_the_disclosure_example_config_runs_from_its_own_folder(tmp_path):

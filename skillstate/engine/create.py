@@ -72,22 +72,36 @@ def _imported_trajectories(path: str) -> str:
         raise ConfigError(f"trajectories {path}: values nested too deeply to read") from None
 
 
-def _distractors(config: SkillConfig, source: InitialSkill, env_cls: type[SkillEnv]) -> list[EncodedTree]:
-    """The trees of `distractor_skills`, after checking that `disclosure: tools` can install the run's skills."""
+def check_disclosure(config: SkillConfig) -> None:
+    """What `disclosure: tools` needs of the rest of the config (at creation, and of a fork's)."""
     if config.disclosure != "tools":
         if config.distractor_skills:
             raise ConfigError("distractor_skills are installed beside the trained skill only with disclosure: tools")
-        return []
+        return
     if config.mode == "bank":
         raise ConfigError("disclosure: tools installs one Agent Skills skill; mode bank retrieves bank skills itself")
-    if not issubclass(env_cls, QAEnv):
-        raise ConfigError(f"disclosure: tools plays question-answering environments, not env {config.env!r}: "
-                          "use disclosure: inline")
+    if not config.protect_front_matter:
+        raise ConfigError("disclosure: tools needs protect_front_matter: the name and description the target "
+                          "chooses by change only through describe edits")
+
+
+def _distractors(config: SkillConfig, source: InitialSkill, env_cls: type[SkillEnv],
+                 splits: dict[str, list[dict[str, Any]]]) -> list[EncodedTree]:
+    """The trees of `distractor_skills`, after checking that `disclosure: tools` can install the run's skills
+    (and that each item's `expected_skill` names one of them, or is "" for none)."""
+    check_disclosure(config)
+    if config.disclosure != "tools":
+        return []
+    from skillstate.envs.disclosure import disclosure_problem
+
+    problem = disclosure_problem(env_cls)
+    if problem is not None:
+        raise ConfigError(f"disclosure: tools {problem}, not env {config.env!r}: use disclosure: inline")
     if source.encoded is None or source.report is None:
         raise ConfigError("disclosure: tools installs an Agent Skills skill: initial_skill must be a skill "
                           "directory (or its SKILL.md, or a .skill/.zip archive) with a name and a description")
     keys = [k for k in (os.environ.get(m.api_key_env, "") for m in (config.target, config.optimizer)) if k]
-    names = {source.report.name: config.initial_skill}
+    names: dict[str, str] = {str(source.report.name): str(config.initial_skill)}
     out = []
     for path in config.distractor_skills:
         if not os.path.exists(os.path.expanduser(path)):
@@ -103,8 +117,14 @@ def _distractors(config: SkillConfig, source: InitialSkill, env_cls: type[SkillE
         if other.report.name in names:
             raise ConfigError(f"distractor skill {path}: the name {other.report.name!r} is already installed "
                               f"(from {names[other.report.name]}); installed skills need distinct names")
-        names[other.report.name] = path
+        names[str(other.report.name)] = path
         out.append(other.encoded)
+    for split, items in splits.items():
+        bad = next((item for item in items if "expected_skill" in item
+                    and item["expected_skill"] not in {*names, ""}), None)
+        if bad is not None:
+            raise DataError(f"item {bad['id']!r} of split {split!r}: expected_skill {bad['expected_skill']!r} is not "
+                            f"an installed skill (installed: {', '.join(sorted(names))}; \"\" for none)")
     return out
 
 
@@ -149,10 +169,11 @@ def preflight(config: SkillConfig, roles: tuple[str, ...] = ("target", "optimize
             try:
                 backend.check(model)
                 # A run whose every call would fail, or whose tools would never run:
-                if role == "target" and config.target.check_tools and uses_tools(config.env):
+                if role == "target" and config.target.check_tools and (uses_tools(config.env)
+                                                                       or config.disclosure == "tools"):
                     from skillstate.llm.endpoint_check import check_tools
 
-                    check_tools(backend, model, config.env)
+                    check_tools(backend, model, config.env, disclosure=not uses_tools(config.env))
             except FatalLLMError as err:
                 raise UserError(f"{err}; no run was created") from None
 
@@ -200,7 +221,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     else:
         source = _initial_skill(config, default_skill, construct_env(env_cls, splits, settings, config.env))
         skill = source.text
-    distractors = _distractors(config, source, env_cls)
+    distractors = _distractors(config, source, env_cls, splits)
     prompts = resolve_prompts(config.prompts)
     blobs: dict[str, str] = {}
 
@@ -276,6 +297,7 @@ def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, A
                               "episode settings its scores were measured with")
     config = validate_config(merge_overrides(dict(state.config), overrides))
     check_fork_selection(config, state.dataset)
+    check_disclosure(config)
     prompts = dict(state.prompts)
     blobs: dict[str, str] = {}
     inherited = dict(state.config.get("prompts", {}))

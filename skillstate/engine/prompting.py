@@ -19,6 +19,8 @@ DESCRIBE_OP = (" The target sees this skill only by the front matter's `descript
                "skill it does not load cannot help: `describe` replaces that description with `content` (one line, "
                "at most 1024 characters, no `target`): say what the skill does and when to use it, naming every kind "
                "of request it covers. The rest of the front matter cannot be edited.")
+DESCRIBE_MERGE = (" An edit with op `describe` replaces the skill's whole description with its `content`: keep at most "
+                  "one, written to cover what every describe edit asked for.")
 BUFFER_HEADER = ("Earlier steps of this epoch: what each step did and which failures it saw; rejected edits "
                  "did not improve the selection score, so do not propose them again.")
 
@@ -58,7 +60,10 @@ def compose(ctx: RunContext, state: RunState, name: str, *, memo: bool = False, 
     with `memo` (the analysts, merges and ranking) the memo is prepended."""
     template = ctx.prompts[name]
     block = step_buffer_block(ctx, state) if buffer else ""
-    values.setdefault("describe_op", DESCRIBE_OP if ctx.config.disclosure == "tools" else "")
+    describes = ctx.config.disclosure == "tools"
+    values.setdefault("describe_op", DESCRIBE_OP if describes else "")
+    values.setdefault("describe_alt", "|describe" if describes else "")
+    values.setdefault("describe_merge", DESCRIBE_MERGE if describes else "")
     text = render(template, step_buffer=block, **values)
     if block and "$step_buffer" not in template:
         text = text.rstrip("\n") + "\n" + block

@@ -30,6 +30,7 @@ from ray.exceptions import RayError
 from skillstate.config import redact
 from skillstate.engine.executors import pool_size
 from skillstate.envs.base import RolloutOutcome
+from skillstate.envs.disclosure import installation_of_env
 from skillstate.errors import ConfigError, EnvFailure
 from skillstate.llm.base import ChatResponse, FatalLLMError
 from skillstate.llm.recording import RecordingClient
@@ -138,7 +139,7 @@ class RayExecutor:
         api_key = os.environ.get(cfg.target.api_key_env) if cfg.backend == "openai" else None
         spec = WorkerSpec(env=cfg.env, env_config=dict(cfg.env_config or {}), splits=splits,
                           config=cfg.model_dump(mode="json"), prompts=dict(ctx.prompts), api_key=api_key,
-                          installation=getattr(ctx.env, "installation", None))
+                          installation=installation_of_env(ctx.env))
         desk = f"skillstate-desk-{uuid.uuid4().hex}"  # actors find it by name (a handle as an argument would be
         # an object-store argument, which Ray warns about for actors that restart)
         self.desk: Any = CallDesk.options(name=desk).remote(spec)  # type: ignore[attr-defined]

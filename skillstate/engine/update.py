@@ -17,7 +17,7 @@ from skillstate.skillopt.describe import DESCRIBE, apply_describe
 from skillstate.skillopt.editor import CHANGED, apply_edits
 from skillstate.skillopt.guidance import body_of, front_of, guidance_of, protect, with_guidance
 from skillstate.skillopt.scheduler import clamp_edit_count
-from skillstate.skillopt.screen import screen_edits
+from skillstate.skillopt.screen import screen_describes, screen_edits
 
 
 def fallback_order(edits: list[Edit]) -> list[int]:
@@ -59,11 +59,13 @@ def select(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
     edits = need(p.merged, "PatchesMerged").edits
     base = ctx.blob(p.base_skill)
+    describes = ctx.config.disclosure == "tools" and ctx.config.protect_front_matter
     if ctx.config.drop_noop_edits:
-        describes = ctx.config.disclosure == "tools" and ctx.config.protect_front_matter
         kept, dropped = screen_edits(body_of(base, front_matter=ctx.config.protect_front_matter),
                                      guidance_of(base) or "", edits, state.rejected_edits,
                                      ctx.config.drop_rejected_edits, front_of(base) if describes else None)
+    elif describes:  # one description per candidate, whatever drop_noop_edits says
+        kept, dropped = screen_describes(edits, front_of(base))
     else:
         kept, dropped = list(range(len(edits))), []
     budget = p.learning_rate.chosen if p.learning_rate is not None else p.edit_budget

@@ -33,6 +33,8 @@ READ_FILE = "read_skill_file"
 FILES_LINE = "Files in this skill:"  # the line after a loaded SKILL.md that lists the skill's other files
 MAX_TOOL_OUTPUT = 20_000  # characters of a file the target is given at once
 SHOWN_OUTPUT = 1_500  # characters of a tool's output the analysts see
+MAX_ARGUMENTS = 10_000  # characters of a tool call's arguments read
+MAX_ROLLOUT_OUTPUT = 100_000  # characters of tool output one rollout is given in all
 
 TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {
@@ -114,10 +116,14 @@ def _body(skill: InstalledSkill) -> str:
 
 def run_tool(skills: Sequence[InstalledSkill], name: str, arguments: str) -> tuple[str, str | None, str | None]:
     """(output, skill loaded, file read as "skill/path") of one tool call."""
+    if len(arguments or "") > MAX_ARGUMENTS:
+        return f"error: the arguments are over {MAX_ARGUMENTS} characters", None, None
     try:
         args = json.loads(arguments or "{}")
     except json.JSONDecodeError as err:
         return f"error: the arguments are not valid JSON ({err.msg})", None, None
+    except (ValueError, RecursionError):  # nested too deep, or a number too long to read
+        return "error: the arguments are not JSON this tool can read", None, None
     if not isinstance(args, dict):
         return "error: the arguments must be a JSON object", None, None
     by_name = {s.name: s for s in skills}
@@ -130,6 +136,8 @@ def run_tool(skills: Sequence[InstalledSkill], name: str, arguments: str) -> tup
     if name == LOAD_SKILL:
         return clip(_body(skill), MAX_TOOL_OUTPUT), skill.name, None
     path = str(args.get("path", "")).strip().removeprefix("./")
+    if path == SKILL_MD:  # reading SKILL.md is loading the skill
+        return clip(_body(skill), MAX_TOOL_OUTPUT), skill.name, None
     if path not in skill.files:
         return f"error: skill {wanted!r} has no file {path!r} (files: {', '.join(sorted(skill.files))})", None, None
     text = skill.files[path]
@@ -138,11 +146,27 @@ def run_tool(skills: Sequence[InstalledSkill], name: str, arguments: str) -> tup
     return clip(text, MAX_TOOL_OUTPUT), None, f"{skill.name}/{path}"
 
 
+def disclosure_problem(env_cls: type) -> str | None:
+    """Why progressive disclosure cannot play environments of `env_cls` (None when it can): it plays question
+    answering, with QAEnv's own single-call rollout (it supplies the rollout; a subclass may score differently)."""
+    if not issubclass(env_cls, QAEnv):
+        return "plays question-answering environments"
+    if env_cls.rollout is not QAEnv.rollout:
+        return "plays question answering with QAEnv's own rollout (this environment has its own)"
+    return None
+
+
 def disclosed(env: SkillEnv, installation: Installation, max_calls: int) -> SkillEnv:
     """`env` played with progressive disclosure over `installation`."""
-    if not isinstance(env, QAEnv):
-        raise ConfigError(f"disclosure: tools plays question-answering environments, not env {env.kind!r}")
+    problem = disclosure_problem(type(env))
+    if problem is not None or not isinstance(env, QAEnv):
+        raise ConfigError(f"disclosure: tools {problem}, not env {env.kind!r}")
     return DisclosureEnv(env, installation, max_calls)
+
+
+def installation_of_env(env: SkillEnv) -> Installation | None:
+    """The skills a disclosure environment installs (None for any other environment)."""
+    return env.installation if isinstance(env, DisclosureEnv) else None
 
 
 class DisclosureEnv(SkillEnv):
@@ -177,7 +201,7 @@ class DisclosureEnv(SkillEnv):
         calls: list[CallResult] = []
         loaded: list[str] = []
         read: list[str] = []
-        answer, reason = None, ""
+        answer, reason, given = None, "", 0
         for _ in range(self.max_calls):
             result = complete(messages, tools=TOOLS)
             calls.append(result)
@@ -192,10 +216,16 @@ class DisclosureEnv(SkillEnv):
                              "tool_calls": [c.to_message() for c in result.tool_calls]})
             for call in result.tool_calls:
                 output, skill_loaded, file_read = run_tool(skills, call.name, call.arguments)
+                if skill_loaded in loaded or file_read in read:  # once is enough: the text is above
+                    output = f"{skill_loaded or file_read} is already loaded above."
+                elif given + len(output) > MAX_ROLLOUT_OUTPUT:
+                    output = (f"error: this task has been given {given} characters of skill files, the most it may "
+                              "be; answer with what you have")
+                given += len(output)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
-                if skill_loaded and skill_loaded not in loaded:
+                if skill_loaded and skill_loaded not in loaded and not output.startswith("error:"):
                     loaded.append(skill_loaded)
-                if file_read and file_read not in read:
+                if file_read and file_read not in read and not output.startswith("error:"):
                     read.append(file_read)
         else:
             reason = f"max_calls: no answer within {self.max_calls} calls (disclosure_max_calls)"

@@ -105,6 +105,8 @@ class ToolEnv(SkillEnv):
             args = json.loads(arguments or "{}")
         except json.JSONDecodeError as err:
             return f"error: the arguments are not valid JSON ({err.msg})", True
+        except (ValueError, RecursionError):  # nested too deep, or a number too long to read
+            return "error: the arguments are not JSON this tool can read", True
         if not isinstance(args, dict):
             return "error: the arguments must be a JSON object", True
         try:

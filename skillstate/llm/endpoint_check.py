@@ -92,12 +92,14 @@ def models_listed(backend: OpenAIBackend, model: str) -> list[str] | None:
     return [str(m.get("id")) for m in data if isinstance(m, dict)]
 
 
-def check_tools(backend: OpenAIBackend, model: str, env: str) -> None:
-    """Does the endpoint do function calling? One request with a tool the model is asked to call."""
+def check_tools(backend: OpenAIBackend, model: str, env: str, disclosure: bool = False) -> None:
+    """Does the endpoint do function calling? One request with a tool the model is asked to call (for a tool
+    environment, or for `disclosure: tools`, whose target loads skills through tools)."""
     request = ChatRequest.build(backend.name, model, PROBE_MESSAGES, 0.0, 64, tools=PROBE_TOOLS,
                                 extra_body=backend.cfg.extra_body)
     what = f"the {backend.role} endpoint {backend.endpoint} does not do tool calling"
-    need = f"env {env} calls tools: {TOOL_FIX}"
+    need = (f"disclosure: tools loads skills through tool calls: {TOOL_FIX}, or use disclosure: inline" if disclosure
+            else f"env {env} calls tools: {TOOL_FIX}")
     try:
         reply = quick(backend).complete(request)
     except (CallFailed, FatalLLMError) as err:

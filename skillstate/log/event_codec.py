@@ -123,6 +123,11 @@ def _v7_front_matter(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "config": config}
 
 
+def _v8_distractors(payload: dict[str, Any]) -> dict[str, Any]:
+    """RunStarted v9 may name distractor skills (`distractors`, disclosure tools); a v8 run installed none."""
+    return payload
+
+
 def _v1_gate(payload: dict[str, Any]) -> dict[str, Any]:
     """GateDecided v2 adds the robust rules' verdicts; a v1 decision was the strict rule's alone."""
     return payload
@@ -141,6 +146,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunStarted", 6): _v6_config,
     ("RunForked", 5): _v6_config,
     ("RunStarted", 7): _v7_front_matter,
+    ("RunStarted", 8): _v8_distractors,
     ("RunForked", 6): _v7_front_matter,
     ("GateDecided", 1): _v1_gate,
 }

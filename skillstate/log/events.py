@@ -51,7 +51,7 @@ class Event(Frozen):
 
 class RunStarted(Event):
     type: ClassVar[str] = "RunStarted"
-    version: ClassVar[int] = 8
+    version: ClassVar[int] = 9
     config: dict[str, Any]
     initial_skill: str
     dataset: dict[str, dict[str, Any]]  # split -> {hash, count}

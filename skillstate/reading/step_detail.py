@@ -33,9 +33,10 @@ def _edit(e) -> dict[str, Any]:
     return {"op": e.op, "target": e.target, "content": e.content, "source": e.source, "support": e.support}
 
 
-def _file_of(e) -> str:
-    """The file of a skill directory an edit changes (the run trains SKILL.md; `describe` its description)."""
-    return f"{SKILL_MD} (description)" if e.op == DESCRIBE else SKILL_MD
+def _file_of(e, describes: bool) -> str:
+    """The file of a skill directory an edit changes (the run trains SKILL.md; `describe`, where the run takes
+    it, its description)."""
+    return f"{SKILL_MD} (description)" if describes and e.op == DESCRIBE else SKILL_MD
 
 
 def _bank_skill(skill) -> dict[str, Any]:
@@ -73,9 +74,11 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
         elif isinstance(ev, EditsSelected):
             merged = out.get("merged", {}).get("edits", [])
             tree = loaded.state.skill_tree is not None  # a skill directory: say which file each edit changes
+            describes = loaded.state.config.get("disclosure") == "tools"
             out["selected"] = {"method": ev.method, "budget": ev.budget, "candidates": ev.candidates,
                                "indices": ev.selected_indices,
-                               "edits": [{**_edit(e), **({"file": _file_of(e)} if tree else {})} for e in ev.edits],
+                               "edits": [{**_edit(e), **({"file": _file_of(e, describes)} if tree else {})}
+                                         for e in ev.edits],
                                "dropped": [{"index": d.index, "reason": d.reason,
                                             **(merged[d.index] if d.index < len(merged) else {})}
                                            for d in ev.dropped]}

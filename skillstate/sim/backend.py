@@ -71,7 +71,10 @@ def sim_world_for(env: SkillEnv, sim: Any = None) -> Any:
     from skillstate.envs.tools import ToolEnv
 
     noise = SimNoise.of(sim)
-    env = getattr(env, "inner", env)  # progressive disclosure: the sim plays the wrapped environment's world
+    from skillstate.envs.disclosure import DisclosureEnv
+
+    if isinstance(env, DisclosureEnv):  # progressive disclosure: the sim plays the wrapped environment's world
+        env = env.inner
     if isinstance(env, QAEnv):
         return SimWorld([item for items in env.splits.values() for item in items], noise)
     if noise.on:

@@ -320,6 +320,8 @@ class SimOptimizer:
         content, op = str(edit.get("content", "")).lower(), edit.get("op")
         if op == "delete" and any(h.key in str(edit.get("target", "")).lower() for h in self.world.harms):
             return 2.5
+        if op == "describe":  # a skill the target does not load cannot help: a ranker sees that
+            return 2.0
         if any(key in content for key in self.world.all_rule_keys()):
             return 2.0
         if any(h.key in content for h in self.world.harms):

@@ -90,16 +90,34 @@ def screen_edits(body: str, block: str, edits: list[Edit],
     seen: set[tuple[str, str, str]] = set()
     for i, edit in enumerate(edits):
         key = edit_key(edit)
-        reason = (describe_status(front, edit.content) if front is not None and edit.op == DESCRIBE
+        reason = (describe_reason(edits, i, kept, front) if front is not None and edit.op == DESCRIBE
                   else _reason(edit, body, block, held, whole))
         if reason is None and key in seen:
             reason = "duplicate"
-        if reason is None and front is not None and edit.op == DESCRIBE and any(edits[k].op == DESCRIBE for k in kept):
-            reason = "another_describe"
         if reason is None and counts and counts.get(key, 0) >= max_rejections:
             reason = "rejected_before"
         if reason is None:
             seen.add(key)
+            kept.append(i)
+        else:
+            dropped.append(DroppedEdit(index=i, reason=reason))
+    return kept, dropped
+
+
+def describe_reason(edits: list[Edit], index: int, kept: list[int], front: str) -> str | None:
+    """Why the `describe` edit `edits[index]` is dropped (None: kept), with `kept` the edits kept before it."""
+    return describe_status(front, edits[index].content) or (
+        "another_describe" if any(edits[k].op == DESCRIBE for k in kept) else None)
+
+
+def screen_describes(edits: list[Edit], front: str) -> tuple[list[int], list[DroppedEdit]]:
+    """`screen_edits` for `describe` edits alone (with drop_noop_edits off every other edit is kept): one
+    description per candidate, valid and new."""
+    kept: list[int] = []
+    dropped: list[DroppedEdit] = []
+    for i, edit in enumerate(edits):
+        reason = describe_reason(edits, i, kept, front) if edit.op == DESCRIBE else None
+        if reason is None:
             kept.append(i)
         else:
             dropped.append(DroppedEdit(index=i, reason=reason))
