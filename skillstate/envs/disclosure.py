@@ -22,6 +22,7 @@ from typing import Any
 from skillstate.envs.base import Complete, RolloutOutcome, SkillEnv
 from skillstate.envs.episode_loop import clip
 from skillstate.envs.qa import QAEnv
+from skillstate.envs.tools import take_reply
 from skillstate.errors import ConfigError, UserError
 from skillstate.llm.base import CallResult
 from skillstate.prompts import render
@@ -205,15 +206,10 @@ class DisclosureEnv(SkillEnv):
         for _ in range(self.max_calls):
             result = complete(messages, tools=TOOLS)
             calls.append(result)
-            if not result.ok:
-                reason = f"rollout_error: {result.error}"
+            answer, failed = take_reply(result, messages)
+            if failed or answer is not None:
+                reason = failed or reason
                 break
-            if not result.tool_calls:
-                answer = result.text
-                messages.append({"role": "assistant", "content": result.text})
-                break
-            messages.append({"role": "assistant", "content": result.text,
-                             "tool_calls": [c.to_message() for c in result.tool_calls]})
             for call in result.tool_calls:
                 output, skill_loaded, file_read = run_tool(skills, call.name, call.arguments)
                 if skill_loaded in loaded or file_read in read:  # once is enough: the text is above

@@ -20,6 +20,20 @@ from skillstate.envs.episode_loop import clip
 from skillstate.llm.base import CallResult
 
 
+def take_reply(result: CallResult, messages: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+    """One reply of a tool loop, added to the conversation: (its text, None) when the target answered; (None,
+    the failure reason) when the call failed (the loop ends either way); (None, None) when it called tools, which
+    the caller runs next."""
+    if not result.ok:
+        return None, f"rollout_error: {result.error}"
+    if not result.tool_calls:
+        messages.append({"role": "assistant", "content": result.text})
+        return result.text, None
+    messages.append({"role": "assistant", "content": result.text,
+                     "tool_calls": [c.to_message() for c in result.tool_calls]})
+    return None, None
+
+
 class ToolError(Exception):
     """A tool call the environment refuses (bad arguments, say): its message
     goes back to the target as the tool's output."""
@@ -65,15 +79,10 @@ class ToolEnv(SkillEnv):
         for n in range(1, s.max_turns + 1):
             result = complete(messages, tools=tools)
             calls.append(result)
-            if not result.ok:
-                reason = f"rollout_error: {result.error}"
+            answer, failed = take_reply(result, messages)
+            if failed or answer is not None:
+                reason = failed or reason
                 break
-            if not result.tool_calls:
-                answer = result.text
-                messages.append({"role": "assistant", "content": result.text})
-                break
-            messages.append({"role": "assistant", "content": result.text,
-                             "tool_calls": [c.to_message() for c in result.tool_calls]})
             for call in result.tool_calls:
                 output, invalid = self._run(item, names, call.name, call.arguments)
                 invalid_run = invalid_run + 1 if invalid else 0
