@@ -23,11 +23,11 @@ from skillstate.envs.base import Complete, RolloutOutcome, SkillEnv
 from skillstate.envs.episode_loop import clip
 from skillstate.envs.qa import QAEnv
 from skillstate.envs.tools import take_reply
-from skillstate.errors import ConfigError, UserError
+from skillstate.errors import ConfigError
 from skillstate.llm.base import CallResult
 from skillstate.prompts import render
-from skillstate.skilltree import SKILL_MD, SkillTree, parse_front_matter, skill_md_path
-from skillstate.skilltree.frontmatter import FrontMatter
+from skillstate.skilltree import SKILL_MD, SkillTree, skill_md_path
+from skillstate.skilltree.frontmatter import front_matter_or_none
 
 LOAD_SKILL = "load_skill"
 READ_FILE = "read_skill_file"
@@ -67,22 +67,15 @@ class InstalledSkill:
         return self.files.get(SKILL_MD) or ""
 
 
-def _front(text: str) -> FrontMatter | None:
-    try:
-        return parse_front_matter(text)
-    except UserError:  # a SKILL.md an edit left unreadable: its name and description as they were
-        return None
-
-
 def installed_skill(tree: SkillTree, skill_md: str | None = None) -> InstalledSkill:
     """A skill tree as installed, its SKILL.md replaced by `skill_md` when given
     (the trained text; a name or description it lacks is kept from the tree's)."""
     md_path = skill_md_path(tree)
     files: dict[str, str | None] = {p: (None if f.is_binary else f.text) for p, f in tree.items() if p != md_path}
-    original = _front(tree[md_path].text)
+    original = front_matter_or_none(tree[md_path].text)
     text = skill_md if skill_md is not None else tree[md_path].text
     files[SKILL_MD] = text
-    front = _front(text)
+    front = front_matter_or_none(text)  # unreadable: the name and description as the tree had them
     fields = {**(original.fields if original else {}), **(front.fields if front else {})}
     return InstalledSkill(str(fields.get("name", "")), str(fields.get("description", "")).strip(), files)
 

@@ -48,13 +48,9 @@ def trigger_rates(results: list[dict[str, Any]], items: dict[str, dict[str, Any]
 
 
 def _name_of(skill_md: str) -> str:
-    from skillstate.errors import UserError
-    from skillstate.skilltree import parse_front_matter
+    from skillstate.skilltree.frontmatter import front_matter_or_none
 
-    try:
-        front = parse_front_matter(skill_md)
-    except UserError:
-        return ""
+    front = front_matter_or_none(skill_md)
     return str(front.fields.get("name", "")) if front is not None else ""
 
 

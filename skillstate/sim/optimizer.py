@@ -17,6 +17,7 @@ from skillstate.sim.reading import OptimizerRequest
 from skillstate.sim.teacher import SimTeacher
 from skillstate.sim.world import SimWorld
 from skillstate.skillopt.editor import apply_edits
+from skillstate.skilltree.frontmatter import front_matter_or_none
 
 
 def _between(text: str, tag: str) -> str | None:
@@ -31,18 +32,6 @@ def _json(text: str | None) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return None
-
-
-def parse_front_matter_or_none(skill: str) -> dict[str, Any] | None:
-    """The fields of the front matter a skill opens with, or None."""
-    from skillstate.errors import UserError
-    from skillstate.skilltree.frontmatter import parse_front_matter
-
-    try:
-        front = parse_front_matter(skill)
-    except UserError:
-        return None
-    return dict(front.fields) if front is not None else None
 
 
 def _tokens(text: str) -> int:
@@ -236,8 +225,9 @@ class SimOptimizer:
         failed question the target did not load the skill for; None when it loaded it for all of them."""
         if "`describe`" not in prompt or rng.random() < 0.15:
             return None
-        front = parse_front_matter_or_none(skill)
-        if front is None or not isinstance(front.get("description"), str):
+        parsed = front_matter_or_none(skill)
+        front = dict(parsed.fields) if parsed is not None else {}
+        if not isinstance(front.get("description"), str):
             return None
         name, old = front.get("name"), str(front["description"]).strip()
         missed = Counter(str(f.get("task_type", "")) for f in failures if isinstance(f, dict)

@@ -89,6 +89,14 @@ def parse_front_matter(text: str) -> FrontMatter | None:
     return FrontMatter(fields, yaml_text, body, body_line)
 
 
+def front_matter_or_none(text: str) -> FrontMatter | None:
+    """`parse_front_matter`, with None also for a front matter that does not read (an edit left it broken)."""
+    try:
+        return parse_front_matter(text)
+    except UserError:
+        return None
+
+
 def _yaml_problem(err: yaml.YAMLError) -> str:
     mark = getattr(err, "problem_mark", None)
     problem = getattr(err, "problem", None) or str(err).splitlines()[0]
