@@ -74,12 +74,13 @@ class EncodedTree:
         return sha256_text(self.root)
 
 
-def encode_tree(tree: SkillTree) -> EncodedTree:
+def encode_tree(tree: SkillTree, *, as_tree: bool = False) -> EncodedTree:
     """The blobs that store `tree`. A tree that is one text file `SKILL.md` (not executable) is stored
-    as that text alone, byte for byte what a one-file skill is today; any other tree as a tree blob
-    and one blob per distinct file."""
+    as that text alone, byte for byte what a one-file skill is today, unless `as_tree` (a run that
+    trains a directory keeps it one, even when its edits leave SKILL.md alone); any other tree as a
+    tree blob and one blob per distinct file."""
     markdown = as_markdown(tree)
-    if markdown is not None:
+    if markdown is not None and not as_tree:
         return EncodedTree(markdown, {sha256_text(markdown): markdown})
     blobs = {sha256_text(text): text for text in (file_blob(f) for f in tree.values())}
     root = tree_blob(tree)
@@ -101,7 +102,7 @@ def decode_tree(root: str, blobs: BlobSource) -> SkillTree:
     `CorruptLogError` when the tree blob is malformed or a file blob is missing or altered."""
     if not is_tree_blob(root):
         return from_markdown(root)
-    entries = _manifest_entries(root)
+    entries = manifest_entries(root)
     wanted = sorted({e["blob"] for e in entries.values()})
     found = blobs(wanted) if callable(blobs) else {h: blobs[h] for h in wanted if h in blobs}
     files = {}
@@ -109,7 +110,7 @@ def decode_tree(root: str, blobs: BlobSource) -> SkillTree:
         text = found.get(entry["blob"])
         if text is None:
             raise CorruptLogError(f"the skill tree names blob {entry['blob'][:12]} for {path!r}, which is missing")
-        file = _file_from_blob(path, text, entry)
+        file = file_from_blob(path, text, entry)
         if file.sha256 != entry["sha256"] or file.size != entry["size"] or file.kind != entry["kind"]:
             raise CorruptLogError(f"the skill tree's file {path!r} does not match its blob {entry['blob'][:12]}")
         files[path] = file
@@ -119,7 +120,7 @@ def decode_tree(root: str, blobs: BlobSource) -> SkillTree:
         raise CorruptLogError(f"a skill tree blob holds what no tree may: {err}") from None
 
 
-def _manifest_entries(root: str) -> dict[str, dict[str, Any]]:
+def manifest_entries(root: str) -> dict[str, dict[str, Any]]:
     if not root.startswith(TREE_MARKER):
         raise CorruptLogError(f"unknown skill tree format {root[1:].split(chr(10), 1)[0][:40]!r} "
                               f"(this skillstate reads {TREE_FORMAT})")
@@ -135,7 +136,7 @@ def _manifest_entries(root: str) -> dict[str, dict[str, Any]]:
     return entries
 
 
-def _file_from_blob(path: str, text: str, entry: Mapping[str, Any]) -> SkillFile:
+def file_from_blob(path: str, text: str, entry: Mapping[str, Any]) -> SkillFile:
     executable = entry.get("executable") is True
     if entry["kind"] == "text":
         return SkillFile(text.encode("utf-8"), executable)
