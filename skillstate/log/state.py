@@ -100,8 +100,8 @@ class BufferEntry:
         out = {"step": self.step, "action": self.decision, "items": self.items, "failures": self.failures,
                "failures_by_task_type": dict(self.failures_by_task_type), "failure_patterns": list(self.patterns)}
         if self.rejected_edits:
-            out["rejected_edits"] = [{"op": e.op, "target": e.target, "content": e.content}
-                                     for e in self.rejected_edits]
+            out["rejected_edits"] = [{"op": e.op, "target": e.target, "content": e.content,
+                                      **({"file": e.file} if e.file else {})} for e in self.rejected_edits]
             out["score_before"] = self.score_before
             out["score_after_at_most" if self.after_is_bound else "score_after"] = self.score_after
         return out

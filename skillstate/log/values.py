@@ -41,6 +41,15 @@ class Edit(Frozen):
     content: str = ""
     source: str = "failure"  # failure | success
     support: int = 0  # number of trajectories behind it
+    # a run that trains a skill directory: the file the edit is for ("" is SKILL.md); left out of dumps when ""
+    file: str = ""
+
+    @model_serializer(mode="wrap")
+    def _without_file_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if not data.get("file"):
+            data.pop("file", None)
+        return data
 
 
 class DroppedEdit(Frozen):
