@@ -159,6 +159,11 @@ class SkillConfig(Section):
         8, ge=2, le=64, description="With disclosure tools, the most target calls one rollout may make (the calls "
                                     "that load skills and read files included); a rollout that has not answered "
                                     "by then fails (max_calls).")
+    train_files: Literal["auto", "skill_md", "all"] = Field(
+        "auto", description="What a run of an Agent Skills directory trains. skill_md: SKILL.md alone, the other "
+                            "files kept as read; all: every text file, with edits that name a file and create or "
+                            "remove references (needs disclosure tools, where the target reads them); auto: all "
+                            "with disclosure tools, else skill_md. Fixed when the run is created.")
     eval_order: Literal["failed_first", "hardness"] = Field(
         "failed_first", description="The order early reject scores val items in: failed_first, those the current "
                                     "skill failed first; hardness, within each of those groups the items that the "

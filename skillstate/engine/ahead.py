@@ -69,4 +69,4 @@ def next_step_due(ctx: RunContext, state: RunState) -> bool:
 
 
 def rollout_ahead(ctx: RunContext, skill: str, item: dict[str, Any]) -> None:
-    rollout_one(ctx, ctx.blob(skill), item)
+    rollout_one(ctx, ctx.skill(skill), item)

@@ -24,6 +24,8 @@ from skillstate.llm.health import CallHealth
 from skillstate.llm.recording import RecordingClient
 from skillstate.log.events import Event
 from skillstate.log.reducer import RunState
+from skillstate.skilltree.blobs import decode_tree, encode_tree, is_tree_blob
+from skillstate.skilltree.bundle import bundle, is_bundle, unbundle
 from skillstate.storage.lease import RunLease
 from skillstate.storage.store import Store, StoredEvent
 from skillstate.util import sha256_text
@@ -118,6 +120,7 @@ class RunContext:
         self.embedder: Embedder = SimEmbedder()  # mode bank: retrieval and deduplication (build_context sets it)
         self.executor: Executor = ThreadsExecutor()  # where rollouts run (build_context sets the config's)
         self._blobs: dict[str, str] = {}
+        self._bundles: dict[str, str] = {}  # tree blob hash -> its bundle (see `skill`)
         self._lock = threading.Lock()
         self._slots = Slots(config.concurrency)
         self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="skillstate")
@@ -151,6 +154,38 @@ class RunContext:
         with self._lock:
             text = self._blobs.get(h)
         return text if text is not None else self.store.get_blob(h)
+
+    def _find_blobs(self, hashes: list[str]) -> dict[str, str]:
+        with self._lock:
+            found = {h: self._blobs[h] for h in hashes if h in self._blobs}
+        rest = [h for h in hashes if h not in found]
+        return {**found, **(self.store.get_blobs(rest) if rest else {})}
+
+    def skill(self, h: str) -> str:
+        """The skill text of blob `h` as stages use it: a markdown skill as it is, and a trained skill
+        directory (a tree blob) as one self-contained bundle (`skilltree.bundle`)."""
+        text = self.blob(h)
+        if not is_tree_blob(text):
+            return text
+        with self._lock:
+            found = self._bundles.get(h)
+        if found is None:
+            found = bundle(decode_tree(text, self._find_blobs))
+            with self._lock:
+                self._bundles[h] = found
+        return found
+
+    def put_skill(self, text: str) -> str:
+        """Store a skill text as `skill` gives them (a bundle as its tree blob and file blobs); its hash."""
+        if not is_bundle(text):
+            return self.put_blob(text)
+        encoded = encode_tree(unbundle(text), as_tree=True)
+        for blob in encoded.blobs.values():
+            self.put_blob(blob)
+        if not self.in_background:
+            with self._lock:
+                self._bundles[encoded.root_hash] = text
+        return encoded.root_hash
 
     def take_blobs(self) -> dict[str, str]:
         with self._lock:

@@ -25,7 +25,7 @@ from skillstate.log.events import RunForked, RunStarted
 from skillstate.prompts import PROMPT_NAMES, resolve_prompts
 from skillstate.skillopt.final_selection import check_fork_selection, with_selection_split
 from skillstate.skillopt.scheduler import steps_per_epoch
-from skillstate.skilltree import EncodedTree
+from skillstate.skilltree import EncodedTree, decode_tree, encode_tree
 from skillstate.storage.lease import host_id, lease_ttl
 from skillstate.storage.store import GENESIS, Store
 from skillstate.util import canonical_json, hash_value, sha256_text
@@ -77,12 +77,21 @@ def check_disclosure(config: SkillConfig) -> None:
     if config.disclosure != "tools":
         if config.distractor_skills:
             raise ConfigError("distractor_skills are installed beside the trained skill only with disclosure: tools")
+        if config.train_files == "all":
+            raise ConfigError("train_files: all needs disclosure: tools (inline, the target is shown SKILL.md alone, "
+                              "so the other files could not change a score)")
         return
     if config.mode == "bank":
         raise ConfigError("disclosure: tools installs one Agent Skills skill; mode bank retrieves bank skills itself")
     if not config.protect_front_matter:
         raise ConfigError("disclosure: tools needs protect_front_matter: the name and description the target "
                           "chooses by change only through describe edits")
+
+
+def trains_tree(config: SkillConfig, source: InitialSkill) -> bool:
+    """Whether a run trains its skill directory's every file (`train_files`), not SKILL.md alone."""
+    return source.encoded is not None and config.mode != "bank" and (
+        config.train_files == "all" or (config.train_files == "auto" and config.disclosure == "tools"))
 
 
 def _distractors(config: SkillConfig, source: InitialSkill, env_cls: type[SkillEnv],
@@ -234,6 +243,10 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     imported = put(_imported_trajectories(config.bank.trajectories)) if config.mode == "bank" and \
         config.bank.trajectories else None
     tree = source.encoded
+    if trains_tree(config, source):  # the run's skill is the whole directory, kept a tree blob
+        whole = encode_tree(decode_tree(tree.root, tree.blobs), as_tree=True)  # type: ignore[union-attr]
+        blobs.update(whole.blobs)
+        skill = whole.root
     if tree is not None:
         blobs.update(tree.blobs)
     for other in distractors:
@@ -264,7 +277,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
 # Keys a fork may not change: they define what the inherited state means (the episode keys decide what an
 # inherited score measured; the analysts' window, episode.reflect_*, may change).
 FIXED_ON_FORK = ("env", "env_config", "data", "train_split", "val_split", "test_split", "initial_skill", "mode",
-                 "disclosure", "distractor_skills", "disclosure_max_calls",
+                 "disclosure", "distractor_skills", "disclosure_max_calls", "train_files",
                  "final_selection.split", "final_selection.carve_from", "final_selection.size",
                  "bank.trajectories", "gate_length_penalty",
                  "episode.max_turns", "episode.max_invalid", "episode.history", "episode.max_observation_chars")

@@ -27,6 +27,7 @@ from skillstate.log.events_epoch import (
 from skillstate.log.reducer import RunState, boundary_progress, cache_key, need
 from skillstate.skillopt import gate as gate_rules
 from skillstate.skillopt.guidance import compare, select_pairs, with_guidance
+from skillstate.skillopt.tree_edits import md_of, with_md
 from skillstate.util import seeded_rng
 
 NONE_YET = "(none yet)"
@@ -69,8 +70,8 @@ def compare_epochs(ctx: RunContext, state: RunState) -> list[Event]:
     n = min(ctx.config.slow_update_samples, len(ids))
     sample = seeded_rng("slow_update", ctx.config.seed, epoch).sample(ids, n)
     items = [ctx.env.item(i) for i in sample]
-    before = rollout_items(ctx, ctx.blob(previous), items)
-    after = rollout_items(ctx, ctx.blob(current), items)
+    before = rollout_items(ctx, ctx.skill(previous), items)
+    after = rollout_items(ctx, ctx.skill(current), items)
     labels = compare([(r.item_id, r.hard) for r in before], [(r.item_id, r.hard) for r in after])
     return [EpochCompared(epoch=epoch, previous_skill=previous, skill=current, item_ids=sample,
                           previous_results=before, results=after, labels=labels)]
@@ -97,8 +98,8 @@ def _ask(ctx: RunContext, state: RunState, name: str, model: type[Reply], field:
     """One epoch-boundary optimizer call over the comparison: (status, reply, call result)."""
     comparison = boundary_progress(state).comparison
     result = ctx.optimizer(compose(ctx, state, name, comparison=to_json(comparison_view(ctx, comparison)),
-                                   previous_skill=ctx.blob(comparison.previous_skill),
-                                   skill=ctx.blob(comparison.skill), **values), reply=model)
+                                   previous_skill=ctx.skill(comparison.previous_skill),
+                                   skill=ctx.skill(comparison.skill), **values), reply=model)
     if not result.ok:
         return "error", None, result
     reply = parse_reply(result.text, model)
@@ -113,8 +114,9 @@ def slow_update(ctx: RunContext, state: RunState) -> list[Event]:
                                  guidance=state.guidance or NONE_YET)
     if reply is None:
         return [SlowUpdateProposed(epoch=epoch, status=status, reasoning=result.error or "", call=result.ref)]
-    skill = ctx.put_blob(with_guidance(ctx.blob(need(state.current_skill, "the current skill")), reply.guidance,
-                                       front_matter=ctx.config.protect_front_matter))
+    current = ctx.skill(need(state.current_skill, "the current skill"))  # the block lives in SKILL.md
+    skill = ctx.put_skill(with_md(current, with_guidance(md_of(current), reply.guidance,
+                                                         front_matter=ctx.config.protect_front_matter)))
     return [SlowUpdateProposed(epoch=epoch, status="ok", guidance=reply.guidance.strip("\n"),
                                reasoning=reply.reasoning, skill=skill, call=result.ref)]
 

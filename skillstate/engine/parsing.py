@@ -37,6 +37,25 @@ class MergeReply(BaseModel):
     edits: list[EditIn]
 
 
+class FileEditIn(EditIn):
+    """An edit of a run that trains a skill directory: it may name the file it is for."""
+
+    file: str = ""
+
+    @field_validator("file", mode="before")
+    @classmethod
+    def _no_file(cls, v: Any) -> Any:
+        return "" if v is None else v
+
+
+class FileAnalystReply(AnalystReply):
+    edits: list[FileEditIn]  # type: ignore[assignment]
+
+
+class FileMergeReply(MergeReply):
+    edits: list[FileEditIn]  # type: ignore[assignment]
+
+
 class SuggestionReply(BaseModel):
     model_config = ConfigDict(extra="ignore")
 

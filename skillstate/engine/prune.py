@@ -31,6 +31,7 @@ from skillstate.skillopt import gate as gate_rules
 from skillstate.skillopt import prune as rules
 from skillstate.skillopt.guidance import body_of
 from skillstate.skillopt.scheduler import position
+from skillstate.skillopt.tree_edits import md_of
 
 
 class PruneReply(BaseModel):
@@ -63,7 +64,7 @@ def _changes(ctx: RunContext, state: RunState) -> list[tuple[int, float, str]]:
     for rec in state.history:
         if rec.current_skill and rec.current_skill != skill:
             gain = (rec.current_score or 0.0) - (score or 0.0)
-            out.append((rec.step, gain, ctx.blob(rec.current_skill)))
+            out.append((rec.step, gain, md_of(ctx.skill(rec.current_skill))))
         skill, score = rec.current_skill, rec.current_score
     return out
 
@@ -73,14 +74,15 @@ def propose(ctx: RunContext, state: RunState) -> list[Event]:
     after = state.last_completed_step
     epoch, _ = position(after, state.steps_per_epoch)
     base_hash = need(state.current_skill, "the current skill")
-    base = ctx.blob(base_hash)
-    body = body_of(base, front_matter=cfg.protect_front_matter)
+    base = ctx.skill(base_hash)
+    body = body_of(md_of(base), front_matter=cfg.protect_front_matter)  # the lines of SKILL.md
     rejected = [line for skill, line in state.prune_rejected if skill == base_hash]  # not proposed again
     found: dict[str, PruneLine] = {}
     for line, reason, of in rules.rule_deletions(body):
         if line not in rejected:
             found.setdefault(line, PruneLine(line=line, reasons=[reason], of=of))
-    evidence = rules.line_evidence(ctx.blob(need(state.start_skill, "the initial skill")), _changes(ctx, state), body)
+    evidence = rules.line_evidence(md_of(ctx.skill(need(state.start_skill, "the initial skill"))), _changes(ctx, state),
+                                   body)
     result = ctx.optimizer(compose(ctx, state, "prune", memo=True, skill=body, prune_lines=to_json(evidence),
                                    rejected=to_json(rejected), max_lines=cfg.prune_max_lines), reply=PruneReply)
     reply = parse_reply(result.text, PruneReply) if result.ok else None
@@ -103,7 +105,7 @@ def propose(ctx: RunContext, state: RunState) -> list[Event]:
         return [PruneProposed(**common)]
     edits = rules.deletion_edits([p.line for p in picked])
     text, report, _ = patch_with(ctx.config, base, edits)
-    skill = ctx.put_blob(text)
+    skill = ctx.put_skill(text)
     return [PruneProposed(skill=skill if skill != base_hash else None, lines=picked, edits=edits, report=report,
                           **common)]
 

@@ -9,10 +9,19 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from skillstate.engine.context import RunContext, item_view
-from skillstate.engine.parsing import AnalystReply, MergeReply, SkillReply, SuggestionReply, parse_reply
+from skillstate.engine.parsing import (
+    AnalystReply,
+    FileAnalystReply,
+    FileMergeReply,
+    MergeReply,
+    SkillReply,
+    SuggestionReply,
+    parse_reply,
+)
 from skillstate.engine.prompting import compose, edits_json, to_json
 from skillstate.log.events import Edit, Event, ItemResult, MergeCall, PatchesMerged, PatchProposed
 from skillstate.log.reducer import RunState, need, step_progress
+from skillstate.skilltree.bundle import is_bundle
 from skillstate.util import chunked, seeded_rng
 
 Minibatch = tuple[int, str, int, list[str]]  # (sub-batch, source, index, item ids)
@@ -63,7 +72,7 @@ def reflect(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
     mode = ctx.config.update_mode
     by_id = {r.item_id: r for r in need(p.rollout, "RolloutCompleted").results}
-    skill = ctx.blob(p.base_skill)
+    skill = ctx.skill(p.base_skill)
 
     def analyse(mb: Minibatch) -> PatchProposed:
         sub, source, index, ids = mb
@@ -71,7 +80,7 @@ def reflect(ctx: RunContext, state: RunState) -> list[Event]:
                  for i in ids]
         prompt = compose(ctx, state, ANALYST_PROMPTS[mode].format(source), memo=True, buffer=True, skill=skill,
                          budget=p.edit_budget, trajectories=to_json(views))
-        model = ANALYST_REPLIES[mode]
+        model = FileAnalystReply if mode == "patch" and is_bundle(skill) else ANALYST_REPLIES[mode]
         result = ctx.optimizer(prompt, reply=model)
         common: dict[str, Any] = dict(step=p.step, source=source, minibatch=index, item_ids=ids, call=result.ref,
                                       sub_batch=sub)
@@ -82,8 +91,8 @@ def reflect(ctx: RunContext, state: RunState) -> list[Event]:
             return PatchProposed(status="unparseable", reply=ctx.put_blob(result.text), **common)
         extra: dict[str, Any] = {}
         if isinstance(reply, AnalystReply):  # update_mode patch
-            extra["edits"] = [Edit(op=e.op, target=e.target, content=e.content, source=source, support=len(ids))
-                              for e in reply.edits]
+            extra["edits"] = [Edit(op=e.op, target=e.target, content=e.content, source=source, support=len(ids),
+                                   file=getattr(e, "file", "")) for e in reply.edits]
         elif isinstance(reply, SuggestionReply):  # update_mode rewrite
             extra["edits"] = [Edit(op="suggest", content=s, source=source, support=len(ids))
                               for s in reply.suggestions if s.strip()]
@@ -100,17 +109,25 @@ def reflect(ctx: RunContext, state: RunState) -> list[Event]:
 # --- aggregate -----------------------------------------------------------
 
 
+def merge_reply(skill: str) -> type[MergeReply]:
+    """The merges' reply: its edits may name a file where the run trains a skill directory."""
+    return FileMergeReply if is_bundle(skill) else MergeReply
+
+
 def _adopt(reply_edits, inputs: list[Edit], source: str) -> list[Edit]:
     """Merged edits with provenance: support of identical inputs, else the largest."""
-    support: dict[tuple[str, str, str], int] = defaultdict(int)
-    sources: dict[tuple[str, str, str], str] = {}
+    support: dict[tuple[str, str, str, str], int] = defaultdict(int)
+    sources: dict[tuple[str, str, str, str], str] = {}
     for e in inputs:
-        support[(e.op, e.target, e.content)] += e.support
-        sources.setdefault((e.op, e.target, e.content), e.source)
+        support[(e.op, e.target, e.content, e.file)] += e.support
+        sources.setdefault((e.op, e.target, e.content, e.file), e.source)
     top = max((e.support for e in inputs), default=0)
-    return [Edit(op=e.op, target=e.target, content=e.content,
-                 source=sources.get((e.op, e.target, e.content), source),
-                 support=support.get((e.op, e.target, e.content), top)) for e in reply_edits]
+    out = []
+    for e in reply_edits:
+        key = (e.op, e.target, e.content, getattr(e, "file", ""))
+        out.append(Edit(op=e.op, target=e.target, content=e.content, source=sources.get(key, source),
+                        support=support.get(key, top), file=key[3]))
+    return out
 
 
 Merge = Callable[[int, list[T]], tuple[T, MergeCall]]
@@ -149,9 +166,9 @@ def edit_merger(ctx: RunContext, state: RunState, side: str, skill: str) -> Merg
     def merge_group(level: int, group: list[list[Edit]]) -> tuple[list[Edit], MergeCall]:
         payload = [{"patch": i, "edits": edits_json(g)} for i, g in enumerate(group)]
         result = ctx.optimizer(compose(ctx, state, "merge", memo=True, skill=skill, patches=to_json(payload)),
-                               reply=MergeReply)
+                               reply=merge_reply(skill))
         flat = [e for g in group for e in g]
-        reply = parse_reply(result.text, MergeReply) if result.ok else None
+        reply = parse_reply(result.text, merge_reply(skill)) if result.ok else None
         status = "fallback" if reply is None else "ok"
         merged = flat if reply is None else _adopt(reply.edits, flat, side)
         return merged, MergeCall(level=level, side=side, inputs=len(group), status=status, call=result.ref)
@@ -183,7 +200,7 @@ def _merge_skills(ctx: RunContext, state: RunState, skill: str, versions: list[t
 
 def aggregate(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
-    skill = ctx.blob(p.base_skill)
+    skill = ctx.skill(p.base_skill)
     if ctx.config.update_mode == "full_rewrite":
         return [_aggregate_skills(ctx, state, skill)]
     (fail, fail_calls), (succ, succ_calls) = merge_levels(ctx, [
@@ -195,8 +212,8 @@ def aggregate(ctx: RunContext, state: RunState) -> list[Event]:
         result = ctx.optimizer(compose(
             ctx, state, "merge_final", memo=True, skill=skill,
             failure_patch=to_json({"edits": edits_json(fail_edits)}),
-            success_patch=to_json({"edits": edits_json(succ_edits)})), reply=MergeReply)
-        reply = parse_reply(result.text, MergeReply) if result.ok else None
+            success_patch=to_json({"edits": edits_json(succ_edits)})), reply=merge_reply(skill))
+        reply = parse_reply(result.text, merge_reply(skill)) if result.ok else None
         if reply is None:
             edits = fail_edits + succ_edits
             calls.append(MergeCall(level=0, side="final", inputs=2, status="fallback", call=result.ref))

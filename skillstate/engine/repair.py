@@ -70,7 +70,7 @@ def ablate(ctx: RunContext, state: RunState) -> list[Event]:
                              reason=f"{why} against the current skill: nothing to repair")]
     ids = [i for i in scored if (cand[i].task_type or "untyped") in affected]
     cand_values = [value(cand[i]) for i in ids]
-    base = ctx.blob(p.base_skill)
+    base = ctx.skill(p.base_skill)
     applied = [r.index for r in candidate.report if r.status in CHANGED]
     units = rules.choose_units(applied, edits, cfg.repair_max_edits, cfg.repair_clauses)
     scored_on: dict[str, Any] = dict(current_score=_mean([value(current[i]) for i in ids]),
@@ -90,7 +90,7 @@ def ablate(ctx: RunContext, state: RunState) -> list[Event]:
     found = rules.verdicts({u: [value(r) for r in rs] for u, rs in by_unit.items()}, cand_values, units)
     ablations = [EditAblation(index=units[v.index][0], edit=edits[units[v.index][0]], part=units[v.index][1],
                               kept_as=variants[v.index] if units[v.index][1] is not None else None,
-                              skill=ctx.put_blob(skills[v.index]), results=by_unit[v.index],
+                              skill=ctx.put_skill(skills[v.index]), results=by_unit[v.index],
                               score=_mean([value(r) for r in by_unit[v.index]]),
                               recovered=v.recovered, harmful=v.harmful) for v in found]
     harmful = [a for a in ablations if a.harmful]
@@ -103,7 +103,7 @@ def ablate(ctx: RunContext, state: RunState) -> list[Event]:
     dropped = [culprit.index] if culprit.part is None else []
     trimmed = {culprit.index: culprit.kept_as} if culprit.kept_as is not None else {}
     text, report, restored = patch_with(cfg, base, rules.repaired_edits(edits, dropped, trimmed))
-    skill = ctx.put_blob(text)
+    skill = ctx.put_skill(text)
     what = (f"dropped edit {culprit.index}" if culprit.part is None
             else f"left clause {culprit.part} out of edit {culprit.index}")
     event = EditsAblated(changes=changes, affected_types=affected, item_ids=ids, ablations=ablations,

@@ -88,7 +88,7 @@ def summarize(results: list[ItemResult], metric: str, weight: float, skill: str 
 
 
 def evaluate(ctx: RunContext, skill_hash: str, split: str) -> tuple[Scores, str, dict[str, Usage]]:
-    skill = ctx.blob(skill_hash)
+    skill = ctx.skill(skill_hash)
     results = rollout_items(ctx, skill, ctx.env.items(split))
     cfg = ctx.config
     scores = summarize(results, cfg.gate_metric, cfg.gate_mixed_weight, skill, cfg.semantic_density_weight,
@@ -134,7 +134,7 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
     a reject every item is scored and the results are in split order, as a
     plain evaluation gives."""
     cfg = ctx.config
-    skill = ctx.blob(skill_hash)
+    skill = ctx.skill(skill_hash)
     order = evaluation_order(ctx, state, split)
     n = len(order)
     results: list[ItemResult | None] = [None] * n
@@ -215,7 +215,7 @@ def early_prefix(ctx: RunContext, state: RunState, split: str, skill_hash: str,
     those of a full evaluation, or the prefix an early reject recorded
     (which gives the same answer). For the repair's `repair_prefix`."""
     order = evaluation_order(ctx, state, split)
-    check = reject_check(ctx, state, split, order, ctx.blob(skill_hash),
+    check = reject_check(ctx, state, split, order, ctx.skill(skill_hash),
                          need(state.current_score, "the current score"))
     prefix: list[ItemResult] = []
     for item in order:

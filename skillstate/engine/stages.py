@@ -107,7 +107,7 @@ def choose_parent(ctx: RunContext, state: RunState, step: int) -> list[Event]:
 
 def rollout(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
-    results = rollout_items(ctx, ctx.blob(p.base_skill), [ctx.env.item(i) for i in p.batch_item_ids])
+    results = rollout_items(ctx, ctx.skill(p.base_skill), [ctx.env.item(i) for i in p.batch_item_ids])
     return [RolloutCompleted(step=p.step, skill=p.base_skill, results=results)]
 
 
@@ -243,7 +243,7 @@ def eval_skill(ctx: RunContext, state: RunState) -> list[Event]:
 
 def _sampled(ctx: RunContext, skill_hash: str, split: str) -> TestEvaluated:
     """Every item of `split`, `samples` times (sample i's requests carry seed i); results item by item."""
-    cfg, skill = ctx.config, ctx.blob(skill_hash)
+    cfg, skill = ctx.config, ctx.skill(skill_hash)
     jobs = [(item, i) for item in ctx.env.items(split) for i in range(cfg.samples)]
     ctx.expect_calls(ctx.rollout_calls(len(jobs)))
     results = ctx.map(lambda job: rollout_one(ctx, skill, job[0], job[1]), jobs)

@@ -13,11 +13,14 @@ from skillstate.engine.parsing import RankReply, SkillReply, extract_json, parse
 from skillstate.engine.prompting import compose, edits_json, to_json
 from skillstate.log.events import ApplyEntry, CandidateBuilt, Edit, EditsSelected, Event, LearningRateChosen
 from skillstate.log.reducer import RunState, need, step_progress
+from skillstate.log.values import DroppedEdit
 from skillstate.skillopt.describe import DESCRIBE, apply_describe
 from skillstate.skillopt.editor import CHANGED, apply_edits
 from skillstate.skillopt.guidance import body_of, front_of, guidance_of, protect, with_guidance
 from skillstate.skillopt.scheduler import clamp_edit_count
-from skillstate.skillopt.screen import screen_describes, screen_edits
+from skillstate.skillopt.screen import edit_key, normalized_counts, screen_describes, screen_edits
+from skillstate.skillopt.tree_edits import is_skill_md_edit, md_of, patch_tree, screen_file_edits, with_md
+from skillstate.skilltree.bundle import bundle, is_bundle, unbundle
 
 
 def fallback_order(edits: list[Edit]) -> list[int]:
@@ -37,7 +40,7 @@ def choose_learning_rate(ctx: RunContext, state: RunState) -> list[Event]:
         "current_score": state.current_score, "best_score": state.best_score,
         "scheduler_budget": p.edit_budget,
     }
-    result = ctx.optimizer(compose(ctx, state, "learning_rate", buffer=True, skill=ctx.blob(p.base_skill),
+    result = ctx.optimizer(compose(ctx, state, "learning_rate", buffer=True, skill=ctx.skill(p.base_skill),
                                    batch=to_json(batch), edits=to_json(edits_json(edits, with_index=True)),
                                    candidates=len(edits)))
     common: dict[str, Any] = dict(step=p.step, candidates=len(edits), call=result.ref)
@@ -58,16 +61,8 @@ def select(ctx: RunContext, state: RunState) -> list[Event]:
     more are left than the budget allows."""
     p = step_progress(state)
     edits = need(p.merged, "PatchesMerged").edits
-    base = ctx.blob(p.base_skill)
-    describes = ctx.config.disclosure == "tools" and ctx.config.protect_front_matter
-    if ctx.config.drop_noop_edits:
-        kept, dropped = screen_edits(body_of(base, front_matter=ctx.config.protect_front_matter),
-                                     guidance_of(base) or "", edits, state.rejected_edits,
-                                     ctx.config.drop_rejected_edits, front_of(base) if describes else None)
-    elif describes:  # one description per candidate, whatever drop_noop_edits says
-        kept, dropped = screen_describes(edits, front_of(base))
-    else:
-        kept, dropped = list(range(len(edits))), []
+    base = ctx.skill(p.base_skill)
+    kept, dropped = screen(ctx.config, state, base, edits)
     budget = p.learning_rate.chosen if p.learning_rate is not None else p.edit_budget
     common: dict[str, Any] = dict(step=p.step, budget=budget, candidates=len(edits), dropped=dropped)
     if len(kept) <= budget or budget == 0:
@@ -90,6 +85,38 @@ def select(ctx: RunContext, state: RunState) -> list[Event]:
     indices = [kept[i] for i in picked]
     return [EditsSelected(method=method, selected_indices=indices, edits=[edits[i] for i in indices],
                           call=result.ref, **common)]
+
+
+def screen(config: Any, state: RunState, base: str, edits: list[Edit]) -> tuple[list[int], list[DroppedEdit]]:
+    """The edits kept for selection and those dropped (`skillstate.skillopt.screen`): SKILL.md's edits
+    against its text; in a run that trains a directory, the edits of its other files against theirs."""
+    md = md_of(base)
+    md_at = [i for i, e in enumerate(edits) if not is_bundle(base) or is_skill_md_edit(e)]
+    md_edits = [edits[i] for i in md_at]
+    describes = config.disclosure == "tools" and config.protect_front_matter
+    if config.drop_noop_edits:
+        kept, dropped = screen_edits(body_of(md, front_matter=config.protect_front_matter), guidance_of(md) or "",
+                                     md_edits, state.rejected_edits, config.drop_rejected_edits,
+                                     front_of(md) if describes else None)
+    elif describes:  # one description per candidate, whatever drop_noop_edits says
+        kept, dropped = screen_describes(md_edits, front_of(md))
+    else:
+        kept, dropped = list(range(len(md_edits))), []
+    kept = [md_at[i] for i in kept]
+    dropped = [d.model_copy(update={"index": md_at[d.index]}) for d in dropped]
+    others = [i for i in range(len(edits)) if i not in set(md_at)]
+    if others:  # edits of the directory's other files: those that cannot apply or change nothing go
+        more, gone = screen_file_edits(unbundle(base), edits, others)
+        if not config.drop_noop_edits:  # only what cannot apply at all
+            more += [d.index for d in gone if d.reason in ("no_change", "duplicate")]
+            gone = [d for d in gone if d.reason not in ("no_change", "duplicate")]
+        elif config.drop_rejected_edits > 0 and state.rejected_edits:  # as for SKILL.md's edits
+            counts = normalized_counts(state.rejected_edits)
+            again = [i for i in more if counts.get(edit_key(edits[i]), 0) >= config.drop_rejected_edits]
+            more = [i for i in more if i not in again]
+            gone += [DroppedEdit(index=i, reason="rejected_before") for i in again]
+        kept, dropped = sorted(kept + more), sorted(dropped + gone, key=lambda d: d.index)
+    return kept, dropped
 
 
 def patch_skill(base: str, edits: list[Edit], front_matter: bool = True, describe: bool = False):
@@ -118,12 +145,17 @@ def patch_skill(base: str, edits: list[Edit], front_matter: bool = True, describ
 def patch_with(config: Any, base: str, edits: list[Edit]):
     """`patch_skill` as the run's config asks: its front-matter protection, and
     `describe` edits where the target chooses skills by description."""
-    return patch_skill(base, edits, config.protect_front_matter, config.disclosure == "tools")
+    front, describe = config.protect_front_matter, config.disclosure == "tools"
+    if not is_bundle(base):
+        return patch_skill(base, edits, front, describe)
+    tree, report, restored = patch_tree(unbundle(base), edits, lambda md, md_edits: patch_skill(md, md_edits, front,
+                                                                                               describe))
+    return bundle(tree), report, restored
 
 
 def update(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
-    base = ctx.blob(p.base_skill)
+    base = ctx.skill(p.base_skill)
     mode = ctx.config.update_mode
     protected = ctx.config.protect_front_matter
     extra: dict = {"method": mode}
@@ -131,12 +163,14 @@ def update(ctx: RunContext, state: RunState) -> list[Event]:
         text, report, restored = patch_with(ctx.config, base, need(p.selected, "EditsSelected").edits)
         extra["report"] = report
     elif mode == "full_rewrite":
-        text, restored = protect(base, ctx.blob(need(need(p.merged, "PatchesMerged").skill, "the merged skill")),
-                                 front_matter=protected)
+        text, restored = protect(md_of(base), ctx.blob(need(need(p.merged, "PatchesMerged").skill,
+                                                            "the merged skill")), front_matter=protected)
+        text = with_md(base, text)  # a full rewrite is of SKILL.md: the directory's other files stay
         extra["report"] = []
     else:
         suggestions = [e.content for e in need(p.selected, "EditsSelected").edits]
-        result = ctx.optimizer(compose(ctx, state, "rewrite", buffer=True, skill=body_of(base, front_matter=protected),
+        body = body_of(md_of(base), front_matter=protected)  # a rewrite is of SKILL.md's body
+        result = ctx.optimizer(compose(ctx, state, "rewrite", buffer=True, skill=body,
                                        suggestions=to_json(suggestions)), reply=SkillReply)
         reply = parse_reply(result.text, SkillReply) if result.ok else None
         extra.update(report=[], call=result.ref)
@@ -144,7 +178,8 @@ def update(ctx: RunContext, state: RunState) -> list[Event]:
             text, restored = base, False
             extra["status"] = "error" if not result.ok else "unparseable"
         else:
-            text, restored = protect(base, reply.skill, front_matter=protected)
-    skill = ctx.put_blob(text)
+            text, restored = protect(md_of(base), reply.skill, front_matter=protected)
+            text = with_md(base, text)
+    skill = ctx.put_skill(text)
     return [CandidateBuilt(step=p.step, base_skill=p.base_skill, skill=skill, changed=skill != p.base_skill,
                            block_restored=restored, **extra)]

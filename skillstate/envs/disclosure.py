@@ -8,8 +8,10 @@ say which one is trained). The target loads a skill's `SKILL.md` with
 then answers; the environment it wraps (question answering) scores the answer.
 The trajectory records which skills and files the target loaded.
 
-The trained skill's `SKILL.md` is the run's current skill text; its other files
-and the distractors are fixed, read from the run's log.
+The trained skill's `SKILL.md` is the run's current skill text, its other files
+fixed and read from the run's log; or, in a run that trains the whole directory
+(`train_files`), every file comes from the current skill. The distractors are
+fixed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from skillstate.errors import ConfigError
 from skillstate.llm.base import CallResult
 from skillstate.prompts import render
 from skillstate.skilltree import SKILL_MD, SkillTree, skill_md_path
+from skillstate.skilltree.bundle import is_bundle, unbundle
 from skillstate.skilltree.frontmatter import front_matter_or_none
 
 LOAD_SKILL = "load_skill"
@@ -88,12 +91,19 @@ class Installation:
     trained: SkillTree
     distractors: Sequence[InstalledSkill] = ()
 
-    def skills(self, skill_md: str) -> list[InstalledSkill]:
-        """Every installed skill with the trained SKILL.md set to `skill_md`, in name order."""
-        return sorted([installed_skill(self.trained, skill_md), *self.distractors], key=lambda s: s.name)
+    def trained_skill(self, skill: str) -> InstalledSkill:
+        """The trained skill as installed for a rollout of the run's skill text: its SKILL.md, or (a run that
+        trains the whole directory) the bundle of every file (`skilltree.bundle`)."""
+        if is_bundle(skill):
+            return installed_skill(unbundle(skill))
+        return installed_skill(self.trained, skill)
 
-    def trained_name(self, skill_md: str) -> str:
-        return installed_skill(self.trained, skill_md).name
+    def skills(self, skill: str) -> list[InstalledSkill]:
+        """Every installed skill with the trained one as `trained_skill` gives it, in name order."""
+        return sorted([self.trained_skill(skill), *self.distractors], key=lambda s: s.name)
+
+    def trained_name(self, skill: str) -> str:
+        return self.trained_skill(skill).name
 
 
 def catalogue(skills: Sequence[InstalledSkill]) -> str:
@@ -188,7 +198,8 @@ class DisclosureEnv(SkillEnv):
         return self.inner.describe_item(item)
 
     def rollout(self, skill: str, item: dict[str, Any], complete: Complete, prompts: dict[str, str]) -> RolloutOutcome:
-        skills = self.installation.skills(skill)
+        trained = self.installation.trained_skill(skill)
+        skills = sorted([trained, *self.installation.distractors], key=lambda s: s.name)
         system = render(prompts["disclosure_system"], catalogue=catalogue(skills)).strip()
         messages: list[dict[str, Any]] = [{"role": "system", "content": system},
                                           {"role": "user", "content": self.inner.user_message(item, prompts)}]
@@ -224,7 +235,7 @@ class DisclosureEnv(SkillEnv):
             hard, soft, reason = self.inner.score(answer, item)
             if calls[-1].truncated and reason:
                 reason += " (reply truncated at max_tokens)"
-        trajectory = {"kind": "disclosure", "item_id": item["id"], "trained": self.installation.trained_name(skill),
+        trajectory = {"kind": "disclosure", "item_id": item["id"], "trained": trained.name,
                       "installed": [{"name": s.name, "description": s.description} for s in skills],
                       "skills_loaded": loaded, "files_read": read, "answer": answer, "messages": messages}
         return RolloutOutcome(hard=hard, soft=soft, fail_reason=reason, prediction=answer or "", task_type=task_type,

@@ -22,7 +22,10 @@ from typing import Any
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
+from skillstate.errors import CorruptLogError
 from skillstate.log.events import Event
+from skillstate.skilltree.blobs import is_tree_blob
+from skillstate.skilltree.blobs import manifest_entries as tree_manifest_of
 from skillstate.storage.chain import label
 from skillstate.storage.schema import blobs
 from skillstate.storage.store import BlobDamaged, Store, StoredEvent, read_blob
@@ -117,6 +120,16 @@ def trajectories_in(text: str) -> list[str]:
     return [t for item in items if isinstance(item, dict) and isinstance(t := item.get("trajectory"), str)]
 
 
+def tree_files_in(text: str) -> list[str]:
+    """The file blobs a skill tree blob names (a run that trains a directory records each skill so)."""
+    if not is_tree_blob(text):
+        return []
+    try:
+        return sorted({e["blob"] for e in tree_manifest_of(text).values()})
+    except CorruptLogError:
+        return []
+
+
 def blob_damage(store: Store, stored: list[StoredEvent], decoded: list[Event]) -> str | None:
     """The first problem with the blobs `stored` (events, decoded as `decoded`)
     depend on, in log order, or None: a blob an event names, or a trajectory
@@ -132,7 +145,8 @@ def blob_damage(store: Store, stored: list[StoredEvent], decoded: list[Event]) -
     if not first:
         return None
     with store.engine.connect() as conn:
-        walk = walk_blobs(conn, first, required_in=lambda h, text: trajectories_in(text) if h in results else ())
+        walk = walk_blobs(conn, first, required_in=lambda h, text: trajectories_in(text) if h in results
+                          else tree_files_in(text))
     found: list[tuple[int, str]] = []
 
     def note(h: str, what: str) -> None:
