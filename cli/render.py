@@ -236,8 +236,10 @@ def summary_text(s: dict[str, Any], width: int | None = None) -> str:
         lines.extend(wrapped(f"stopped: {s['stopped']['reason']}", width))
     if s.get("skill_tree"):
         tree = s["skill_tree"]
+        what = ("every file is trained" if tree["trained"] == "all"
+                else f"{tree['trained']} is trained, the others are kept as read")
         lines.extend(wrapped(f"skill: the Agent Skills directory {tree['name']} ({len(tree['files'])} files; "
-                             f"{tree['trained']} is trained, the others are kept as read)", width))
+                             f"{what})", width))
     lines.append("")
     test = s["test"]
     rows = []
@@ -345,6 +347,8 @@ def why_text(info: dict[str, Any]) -> str:
     lines = [f"run {info['run_id']}: {info['text']!r} is in {found}"]
     if info.get("in_files"):
         lines.append(f"  also in {', '.join(info['in_files'])} (kept as read from the skill directory)")
+    if info.get("in_trained_files"):
+        lines.append(f"  in the current skill's {', '.join(info['in_trained_files'])}")
     for c in info["changes"]:
         when = (f"step {c['step']} (epoch {c['epoch']})" if c["by"] == "step"
                 else f"prune after step {c['step']} (epoch {c['epoch']})" if c["by"] == "prune"

@@ -25,6 +25,7 @@ from skillstate.envs.registry import env_settings, resolve_env
 from skillstate.errors import UserError
 from skillstate.log.reducer import RunState, need
 from skillstate.reading.history import run_summary
+from skillstate.reading.skill_text import skill_text
 from skillstate.storage.store import Store, open_store
 
 
@@ -44,11 +45,11 @@ class RunResult:
 
     @property
     def best_skill(self) -> str:
-        return self.store.get_blob(need(self.state.best_skill, "the best skill"))
+        return skill_text(self.store, need(self.state.best_skill, "the best skill"))
 
     @property
     def current_skill(self) -> str:
-        return self.store.get_blob(need(self.state.current_skill, "the current skill"))
+        return skill_text(self.store, need(self.state.current_skill, "the current skill"))
 
     @cached_property
     def summary(self) -> dict[str, Any]:

@@ -17,8 +17,10 @@ from skillstate.pricing import sent_cost
 from skillstate.reading.curves import run_curves
 from skillstate.reading.history import status_of
 from skillstate.reading.selection_report import gap_summary
+from skillstate.reading.skill_text import skill_text
 from skillstate.reading.step_detail import step_detail
 from skillstate.reading.triggers import run_triggers
+from skillstate.skilltree.bundle import view_files
 
 # A sentence ends at . ! or ? followed by space; a line of the skill is split
 # into its sentences so that each can be asked about.
@@ -131,7 +133,7 @@ def step_page(cache: RunCache, run_id: str, step: int) -> dict[str, Any]:
     diff = None
     if skills:
         gated = skills.get("repaired", skills["candidate"])  # repair: ablate gates the repaired candidate
-        diff = skill_diff(cache.store.get_blob(skills["base"]), cache.store.get_blob(gated))
+        diff = skill_diff(skill_text(cache.store, skills["base"]), skill_text(cache.store, gated))
     steps = [r.step for r in loaded.state.history]
     return {"run": run_row(cache, run_id), "detail": detail, "diff": diff,
             "prev": max((s for s in steps if s < step), default=None),
@@ -156,11 +158,14 @@ def skill_page(cache: RunCache, run_id: str, which: str = "best") -> dict[str, A
     blob = {"best": s.best_skill, "current": s.current_skill, "initial": s.initial_skill}.get(which)
     if blob is None:
         raise NotFoundError(f"run {run_id!r} has no {which} skill yet")
-    text = cache.store.get_blob(blob)
+    text = skill_text(cache.store, blob)  # a run that trains the whole directory: every file, in blocks
     bank = s.config.get("mode") == "bank"
+    files = view_files(text)  # a run that trains the whole directory: one section per file, SKILL.md first
+    sections = [] if bank else [{"path": p, "lines": skill_lines(t)} for p, t in files.items()] or [
+        {"path": None, "lines": skill_lines(text)}]
     return {"run": run_row(cache, run_id), "which": which, "text": text, "bank": bank,
-            "lines": [] if bank else skill_lines(text), "best_step": s.best_step,
-            "files": skill_files(cache, s.skill_tree) if s.skill_tree else []}
+            "lines": sections[0]["lines"] if sections else [], "sections": sections, "best_step": s.best_step,
+            "files": skill_files(cache, s.skill_tree) if s.skill_tree and not files else []}
 
 
 def skill_files(cache: RunCache, root: str) -> list[dict[str, Any]]:
@@ -222,7 +227,7 @@ def compare_page(cache: RunCache, a: str, b: str) -> dict[str, Any]:
     for rid in (a, b):
         loaded = cache.get(rid)
         runs.append({"row": run_row(cache, rid), "curves": run_curves(loaded),
-                     "best": cache.store.get_blob(need(loaded.state.best_skill, "the best skill"))
+                     "best": skill_text(cache.store, need(loaded.state.best_skill, "the best skill"))
                      if loaded.state.best_skill else ""})
     return {"runs": runs, "diff": skill_diff(str(runs[0]["best"]), str(runs[1]["best"]))}
 

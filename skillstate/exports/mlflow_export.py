@@ -51,6 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from skillstate.errors import UserError
+from skillstate.reading.skill_text import skill_text
+from skillstate.skilltree import is_tree_blob
 
 INSTALL_HINT = "exporting to MLflow needs mlflow: pip install 'skillstate[mlflow]'"
 DEFAULT_EXPERIMENT = "skillstate"
@@ -350,7 +352,8 @@ class _Exporter:
             for name, blob in files.items():
                 path = root / name
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(texts[blob], encoding="utf-8")
+                text = texts[blob]  # a run that trains the whole directory: the tree's view, every file
+                path.write_text(skill_text(self.store, blob) if is_tree_blob(text) else text, encoding="utf-8")
             (root / "curves.json").write_text(json.dumps(curves, indent=1, ensure_ascii=False, default=str),
                                               encoding="utf-8")
             archived = self._skill_archive(loaded, root / "skills") if state.skill_tree and state.best_skill else 0

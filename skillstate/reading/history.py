@@ -19,9 +19,11 @@ from skillstate.log.reducer import RunState, StepRecord, need, usage_totals
 from skillstate.pricing import cost_usd, price_for, sent_cost
 from skillstate.reading.failures import event_call_refs, failed_call_tokens, failed_calls, unused_calls
 from skillstate.reading.selection_report import gap_summary
+from skillstate.reading.skill_text import skill_text
 from skillstate.reading.tool_use import tool_use
 from skillstate.reading.triggers import run_triggers
-from skillstate.skilltree import SKILL_MD
+from skillstate.skilltree import SKILL_MD, is_tree_blob
+from skillstate.skilltree.bundle import view_files
 from skillstate.storage.store import Store
 
 
@@ -61,15 +63,15 @@ def replay(store: Store, run_id: str | None, to_step: int) -> Snapshot:
     """The state after `to_step` (0 = after the baseline), folded from the log."""
     loaded = load_run(store, run_id)
     state = loaded.state_at(to_step)
-    return Snapshot(loaded.run_id, to_step, state, store.get_blob(need(state.current_skill, "the current skill")),
-                    store.get_blob(need(state.best_skill, "the best skill")), state.record(to_step))
+    return Snapshot(loaded.run_id, to_step, state, skill_text(store, need(state.current_skill, "the current skill")),
+                    skill_text(store, need(state.best_skill, "the best skill")), state.record(to_step))
 
 
 def skill_at(store: Store, run_id: str | None, step: int | None = None, best: bool = False) -> tuple[str, str]:
     """(run_id, skill text). With a step: the current skill after it, or the
     best one so far with `best`. Without a step: the run's best skill."""
     loaded = load_run(store, run_id)
-    return loaded.run_id, store.get_blob(chosen_skill(loaded, step, best))
+    return loaded.run_id, skill_text(store, chosen_skill(loaded, step, best))
 
 
 def chosen_skill(loaded: LoadedRun, step: int | None = None, best: bool = False) -> str:
@@ -84,11 +86,25 @@ def chosen_skill(loaded: LoadedRun, step: int | None = None, best: bool = False)
 def skill_diff(store: Store, run_id: str | None, step_a: int, step_b: int) -> tuple[str, str]:
     rid, a = skill_at(store, run_id, step_a)
     _, b = skill_at(store, rid, step_b)
-    # a run of a skill directory trains its SKILL.md: the diff names the file
+    files_a, files_b = view_files(a), view_files(b)
+    if files_a or files_b:  # a run that trains the whole directory: one diff per file
+        out: list[str] = []
+        for path in sorted(set(files_a) | set(files_b), key=lambda p: (p != SKILL_MD, p)):
+            before, after = files_a.get(path), files_b.get(path)
+            out.extend(difflib.unified_diff(
+                _lines(before), _lines(after),
+                fromfile=f"{rid}@step_{step_a}/{path}" if before is not None else "/dev/null",
+                tofile=f"{rid}@step_{step_b}/{path}" if after is not None else "/dev/null"))
+        return rid, "".join(out)
+    # a run of a skill directory that trains its SKILL.md: the diff names the file
     in_file = f"/{SKILL_MD}" if load_run(store, rid).state.skill_tree else ""
     lines = difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
                                  fromfile=f"{rid}@step_{step_a}{in_file}", tofile=f"{rid}@step_{step_b}{in_file}")
     return rid, "".join(lines)
+
+
+def _lines(text: str | None) -> list[str]:
+    return [] if text is None else [line + "\n" for line in text.split("\n")]
 
 
 def status_of(state: RunState) -> str:
@@ -157,18 +173,20 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
         "cost": cost_summary(sent_rows, dict(s.config), own, roles_of(s.kind)),
         "failures": failed_calls(refs),
         "tool_use": tool_use(store, str(s.config.get("env", "qa")), refs, s.config.get("disclosure") == "tools"),
-        **({"skill_tree": skill_tree_summary(store, s.skill_tree)} if s.skill_tree else {}),
+        **({"skill_tree": skill_tree_summary(store, s.skill_tree, s.initial_skill)} if s.skill_tree else {}),
         **({"triggers": triggers} if (triggers := run_triggers(store, s, loaded.lineage)) else {}),
     }
 
 
-def skill_tree_summary(store: Store, root: str) -> dict[str, Any]:
-    """The Agent Skills directory a run started from: its name and its files (the run trains SKILL.md)."""
+def skill_tree_summary(store: Store, root: str, initial: str | None = None) -> dict[str, Any]:
+    """The Agent Skills directory a run started from: its name, its files, and what the run trains (`trained`:
+    SKILL.md's path, or "all" where the run trains every file, its initial skill being the tree)."""
     from skillstate.skilltree import decode_tree, parse_front_matter, skill_md_path
 
     tree = decode_tree(store.get_blob(root), store.get_blobs)
-    trained = skill_md_path(tree)
-    front = parse_front_matter(tree[trained].text)
+    md = skill_md_path(tree)
+    front = parse_front_matter(tree[md].text)
+    trained = "all" if initial is not None and is_tree_blob(store.get_blob(initial)) else md
     return {"name": front.fields.get("name") if front else None, "trained": trained,
             "files": [{"path": path, "size": f.size, "kind": f.kind} for path, f in tree.items()]}
 

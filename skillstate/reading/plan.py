@@ -103,5 +103,7 @@ def plan_of(store: Store, run_id: str) -> RunPlan:
 
     state = load_run(store, run_id).state
     env = env_of(store, state)
-    return plan_run(config_of(state), env.splits, store.get_blob(need(state.initial_skill, "the initial skill")),
+    from skillstate.reading.skill_text import skill_text
+
+    return plan_run(config_of(state), env.splits, skill_text(store, need(state.initial_skill, "the initial skill")),
                     multi_turn=isinstance(env, (EpisodeEnv, ToolEnv)) or state.config.get("disclosure") == "tools")

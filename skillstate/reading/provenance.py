@@ -15,7 +15,9 @@ from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.reducer import RunState, need, reduce
+from skillstate.reading.skill_text import skill_text
 from skillstate.skillopt import repair as repair_rules
+from skillstate.skilltree.bundle import view_files
 from skillstate.storage.store import Store
 
 
@@ -30,7 +32,7 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
         raise UserError("give the text to look for, e.g. skillstate why \"order of operations\"")
     loaded = loaded or load_run(store, run_id)
     state = loaded.state
-    initial = store.get_blob(need(state.initial_skill, "the initial skill"))
+    initial = skill_text(store, need(state.initial_skill, "the initial skill"))
     changes: list[dict[str, Any]] = []
     step_events: dict[int, list] = {}
     boundary_events: dict[int, list] = {}
@@ -55,7 +57,7 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
         if before is None or folded.current_skill == before or ev.type == "RunStarted":
             continue
         current = need(folded.current_skill, "the current skill")
-        now = text in store.get_blob(current)
+        now = text in skill_text(store, current)
         if isinstance(ev, ParentChosen):  # the step builds on another skill: it holds the text or not
             responsible = holder.get(current) if now else None
             if now != present:
@@ -90,15 +92,18 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
         origin = (_origin(store, step_events[responsible["step"]], text) if responsible["by"] == "step"
                   else _slow_origin(boundary_events[responsible["epoch"]]) if responsible["by"] == "slow_update"
                   else None)
+    current_text = skill_text(store, need(state.current_skill, "the current skill"))
     where = {"in_initial_skill": text in initial,
-             "in_current_skill": text in store.get_blob(need(state.current_skill, "the current skill")),
-             "in_best_skill": text in store.get_blob(need(state.best_skill, "the best skill"))}
+             "in_current_skill": text in current_text,
+             "in_best_skill": text in skill_text(store, need(state.best_skill, "the best skill"))}
+    trained = view_files(current_text)  # a run that trains the whole directory: the files that hold it now
     return {
         "run_id": loaded.run_id,
         "text": text,
         **where,
         # a run of an Agent Skills directory: the other files that hold the text (kept as read, never trained)
-        **({"in_files": kept_files_with(store, state.skill_tree, text)} if state.skill_tree else {}),
+        **({"in_files": kept_files_with(store, state.skill_tree, text)} if state.skill_tree and not trained else {}),
+        **({"in_trained_files": [p for p, t in trained.items() if text in t]} if trained else {}),
         # False: the text was never in the run's current skill (nor is in its best): nothing to explain
         "found": any(where.values()) or bool(changes) or bool(dropped),
         "changes": changes,
@@ -159,7 +164,7 @@ def _origin(store: Store, events: list, text: str) -> dict[str, Any]:
     proposals = []
     for patch in patches:
         matching = [e for e in patch.edits if any(e.content == k.content for _, k in kept) or _touches(e, text)]
-        if patch.skill and text in store.get_blob(patch.skill):
+        if patch.skill and text in skill_text(store, patch.skill):
             matching.append(Edit(op="rewrite", content=text, source=patch.source))
         if not matching:
             continue

@@ -1,5 +1,6 @@
 """A run's skill as an Agent Skill that installs as is: the directory the run
-started from (RunStarted.skill_tree) with its SKILL.md as trained, or, for a
+started from (RunStarted.skill_tree) with its SKILL.md as trained (or the trained
+directory itself, `train_files`), or, for a
 run of a markdown file that opens with a valid front matter, that one file."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 from skillstate.engine.loading import LoadedRun, load_run
 from skillstate.errors import UserError
 from skillstate.reading.history import chosen_skill
-from skillstate.skilltree import SkillTree, decode_tree, from_markdown, validate_skill, with_skill_md
+from skillstate.skilltree import SkillTree, decode_tree, from_markdown, is_tree_blob, validate_skill, with_skill_md
 from skillstate.storage.store import Store
 
 
@@ -43,7 +44,10 @@ def installable_skill(store: Store, run_id: str | None, step: int | None = None,
 
 def _installable(store: Store, loaded: LoadedRun, text: str) -> tuple[SkillTree, str]:
     root = loaded.state.skill_tree
-    tree = with_skill_md(decode_tree(store.get_blob(root), store.get_blobs), text) if root else from_markdown(text)
+    if is_tree_blob(text):  # the run trained the whole directory: the skill is the tree
+        tree = decode_tree(text, store.get_blobs)
+    else:
+        tree = with_skill_md(decode_tree(store.get_blob(root), store.get_blobs), text) if root else from_markdown(text)
     report = validate_skill(tree, None)
     if root is None and report.name is None:
         raise UserError(f"run {loaded.run_id!r} trained a markdown skill with no front matter (name, description), "

@@ -25,17 +25,21 @@ from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.reading.failures import event_call_refs, failed_calls
 from skillstate.skillopt.describe import DESCRIBE
+from skillstate.skillopt.tree_edits import is_skill_md_edit
 from skillstate.skilltree import SKILL_MD
 from skillstate.storage.store import Store
 
 
 def _edit(e) -> dict[str, Any]:
-    return {"op": e.op, "target": e.target, "content": e.content, "source": e.source, "support": e.support}
+    row = {"op": e.op, "target": e.target, "content": e.content, "source": e.source, "support": e.support}
+    return {**row, "file": e.file} if e.file else row
 
 
 def _file_of(e, describes: bool) -> str:
-    """The file of a skill directory an edit changes (the run trains SKILL.md; `describe`, where the run takes
-    it, its description)."""
+    """The file of a skill directory an edit changes: the one it names (a run that trains the whole
+    directory), else SKILL.md (`describe`, where the run takes it, its description)."""
+    if not is_skill_md_edit(e):
+        return e.file
     return f"{SKILL_MD} (description)" if describes and e.op == DESCRIBE else SKILL_MD
 
 

@@ -62,6 +62,7 @@ def run_triggers(store: Store, state: RunState, events: Iterable[Any]) -> dict[s
     if state.config.get("disclosure") != "tools":
         return None
     from skillstate.log.events import BaselineEvaluated
+    from skillstate.reading.skill_text import skill_md_of
 
     items = {item["id"]: item for info in state.dataset.values() for item in json.loads(store.get_blob(info["hash"]))}
     evaluated: list[tuple[str, str, str, str]] = []  # (label, split, skill blob, results blob)
@@ -72,6 +73,6 @@ def run_triggers(store: Store, state: RunState, events: Iterable[Any]) -> dict[s
         evaluated.append((f"test_{label}", event.split, event.skill, event.results))
     out: dict[str, Any] = {}
     for label, split, skill, results in evaluated:
-        rates = trigger_rates(json.loads(store.get_blob(results)), items, _name_of(store.get_blob(skill)))
+        rates = trigger_rates(json.loads(store.get_blob(results)), items, _name_of(skill_md_of(store, skill)))
         out[label] = {"split": split, **rates}
     return out

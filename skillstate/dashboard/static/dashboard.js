@@ -237,6 +237,9 @@
       body.appendChild(el("p", "muted", "This text is not in the run's skills: nothing in the log explains it."));
       return;
     }
+    if (info.in_trained_files && info.in_trained_files.length) {
+      body.appendChild(el("p", "muted", "In " + info.in_trained_files.join(", ") + " of the current skill."));
+    }
     if (!info.changes.length && info.in_initial_skill) {
       body.appendChild(el("p", null, "It was in the initial skill, and no step has changed that."));
       return;
