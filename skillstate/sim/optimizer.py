@@ -10,14 +10,16 @@ from collections import Counter
 from typing import Any
 
 from skillstate.log.events import Edit
-from skillstate.sim.disclosure import hits, topic, triggers
+from skillstate.sim.disclosure import hits, to_read, topic, triggers
 from skillstate.sim.noise import OFF
 from skillstate.sim.pruner import max_lines, prune_reply
 from skillstate.sim.reading import OptimizerRequest
 from skillstate.sim.teacher import SimTeacher
 from skillstate.sim.world import SimWorld
 from skillstate.skillopt.editor import apply_edits
+from skillstate.skilltree.bundle import view_files
 from skillstate.skilltree.frontmatter import front_matter_or_none
+from skillstate.skilltree.tree import SKILL_MD
 
 
 def _between(text: str, tag: str) -> str | None:
@@ -50,6 +52,8 @@ class SimOptimizer:
         if _between(prompt, "distill_failures") is not None or _between(prompt, "evolve_failures") is not None:
             return self._teach(prompt, rng)
         skill = _between(prompt, "skill") or ""
+        files = view_files(skill)  # a run that trains a skill directory shows each file in a block
+        skill = files.get(SKILL_MD, skill)
         if _between(prompt, "prune_lines") is not None:
             return prune_reply(self.world, skill, max_lines(prompt), rng, self.noise,
                                _json(_between(prompt, "rejected_deletions")) or [])
@@ -67,8 +71,12 @@ class SimOptimizer:
         avoid, focus = self._advice(prompt)
         if _between(prompt, "failures") is not None:
             failures = _json(_between(prompt, "failures")) or []
-            return self._failure_analyst(prompt, skill, failures, self._budget(prompt), rng, avoid, focus)
+            return self._failure_analyst(prompt, skill, failures, self._budget(prompt), rng, avoid, focus, files)
         if _between(prompt, "successes") is not None:
+            if files and "`create`" in prompt and rng.random() < 0.3:  # a skill directory: now and then, tidy it
+                moved = self._move_out(files)
+                if moved:
+                    return self._patch_reply(prompt, skill, "The rules work; SKILL.md can be shorter.", [], moved)
             return self._success_analyst(prompt, skill, _json(_between(prompt, "successes")) or [], rng, avoid)
         if _between(prompt, "failure_patch") is not None:
             fail = _json(_between(prompt, "failure_patch")) or {}
@@ -200,7 +208,7 @@ class SimOptimizer:
         return next((self.world.rule_for(t).variants for t in sorted(types) if self.world.rule_for(t).key == key), ())
 
     def _failure_analyst(self, prompt: str, skill: str, failures: list[dict], budget: int, rng,
-                         avoid: set[str], focus: list[str]) -> str:
+                         avoid: set[str], focus: list[str], files: dict[str, str] | None = None) -> str:
         if rng.random() < 0.06:
             return "The skill should be clearer. I would add a rule about checking answers."
         counts = Counter(k for f in failures if isinstance(f, dict) for k in self.world.failure_kinds(f))
@@ -215,10 +223,55 @@ class SimOptimizer:
             if len(edits) >= budget:
                 break
             summary.append(f"{n} failure(s) on {task_type or 'untyped'} {self.world.noun}")
+            in_files = self._file_edits(files, task_type, rng) if files and "`create`" in prompt else None
+            if in_files is not None:
+                edits.extend(in_files)
+                continue
             edit = self._propose(skill, task_type, rng, avoid)
             if edit:
                 edits.append(edit)
         return self._patch_reply(prompt, skill, f"Looked at {len(failures)} failures.", summary, edits)
+
+    def _file_edits(self, files: dict[str, str], task_type: str, rng) -> list[dict[str, str]] | None:
+        """A run that trains a skill directory: the rule a failing kind lacks, put in the reference SKILL.md
+        points to for that kind (or now and then a rule that does not help), or in a new reference with a
+        pointer to it; None: propose for SKILL.md as usual."""
+        rule = self.world.rule_for(task_type)
+        if rule.key in "\n".join(files.values()).lower():
+            return None
+        md = files.get(SKILL_MD, "")
+        pointed = [p for p in to_read(md, task_type) if p in files and not p.startswith("scripts/")]
+        roll = rng.random()
+        if pointed and roll < 0.6:
+            text = rng.choice(rule.variants) if rng.random() < 0.65 else rng.choice(self.world.useless)
+            return [{"op": "append", "target": "", "content": f"- {text}", "file": pointed[0]}]
+        path = f"references/{task_type or 'general'}.md"
+        if not pointed and roll < 0.35 and path not in files:
+            name = topic(task_type)
+            pointer = f"- {name[0].upper()}{name[1:]} questions: follow [{path}]({path})."
+            at = "## Where to look" if "## Where to look" in md else "## Rules" if "## Rules" in md else ""
+            return [{"op": "create", "target": "", "content": f"# {name.title()}\n\n- {rng.choice(rule.variants)}\n",
+                     "file": path},
+                    {"op": "insert_after" if at else "append", "target": at, "content": pointer}]
+        return None
+
+    def _move_out(self, files: dict[str, str]) -> list[dict[str, str]]:
+        """A rule for one kind of question moved out of SKILL.md into a new reference, with a pointer that names
+        the kind (the target then reads it only for that kind); [] when no rule line can move."""
+        md = files.get(SKILL_MD, "")
+        types = sorted({str(item.get("task_type", "")) for item in getattr(self.world, "items", {}).values()} - {""})
+        for task_type in types:
+            key, path = self.world.rule_for(task_type).key, f"references/{task_type}.md"
+            line = next((ln for ln in md.splitlines() if ln.startswith("- ") and key in ln.lower()), None)
+            if line is None or path in files or to_read(md, task_type):
+                continue
+            name = topic(task_type)
+            at = "## Where to look" if "## Where to look" in md else ""
+            return [{"op": "create", "target": "", "content": f"# {name.title()}\n\n{line}\n", "file": path},
+                    {"op": "delete", "target": line, "content": ""},
+                    {"op": "insert_after" if at else "append", "target": at,
+                     "content": f"- {name[0].upper()}{name[1:]} questions: follow [{path}]({path})."}]
+        return []
 
     def _describe(self, prompt: str, skill: str, failures: list[dict], rng) -> dict[str, str] | None:
         """With progressive disclosure (the prompt offers `describe`): a description that also names the kinds of
@@ -312,6 +365,8 @@ class SimOptimizer:
             return 2.5
         if op == "describe":  # a skill the target does not load cannot help: a ranker sees that
             return 2.0
+        if op == "insert_after" and "follow [references/" in content:  # a pointer to a reference
+            return 1.8
         if any(key in content for key in self.world.all_rule_keys()):
             return 2.0
         if any(h.key in content for h in self.world.harms):
@@ -370,7 +425,8 @@ class SimOptimizer:
         seen: dict[str, dict] = {}
         for patch in patches:
             for edit in patch.get("edits", []) if isinstance(patch, dict) else []:
-                seen.setdefault(self._key(edit), {k: edit.get(k, "") for k in ("op", "target", "content")})
+                keys = ("op", "target", "content", "file") if edit.get("file") else ("op", "target", "content")
+                seen.setdefault(self._key(edit), {k: edit.get(k, "") for k in keys})
         return json.dumps({"edits": list(seen.values())})
 
     def _rank(self, edits: list[dict], budget: int, rng) -> str:
