@@ -288,5 +288,5 @@ def test_the_dashboard_shows_the_tree_file_by_file(tree_run):
         html = client.get("/runs/t/skill").text
         assert '<h2 class="skill-file"><code>SKILL.md</code></h2>' in html
         assert '<code>references/reading.md</code>' in html and "<file path=" not in html
-        step = client.get(f"/runs/t/steps/{summary['best_step']}")
-        assert step.status_code == 200
+        step = client.get(f"/runs/t/steps/{summary['best_step']}").text
+        assert '<div class="dl file"><code>SKILL.md</code></div>' in step and "&lt;file path=" not in step

@@ -121,7 +121,18 @@ def _diff_rows(before: str, after: str) -> list[dict[str, str]]:
 
 
 def skill_diff(before: str, after: str) -> dict[str, Any]:
-    rows = _diff_rows(before, after)
+    """The line diff of two skills; of two trained trees (their views), file by file, each changed file under a
+    `file` row that names it (a file created or removed diffs against nothing)."""
+    files_a, files_b = view_files(before), view_files(after)
+    if files_a or files_b:
+        rows: list[dict[str, str]] = []
+        for path in sorted(set(files_a) | set(files_b), key=lambda p: (p != "SKILL.md", p)):
+            a, b = files_a.get(path), files_b.get(path)
+            if a != b:
+                what = " (new)" if a is None else " (removed)" if b is None else ""
+                rows += [{"kind": "file", "text": path + what}, *_diff_rows(a or "", b or "")]
+    else:
+        rows = _diff_rows(before, after)
     return {"rows": rows, "added": sum(r["kind"] == "add" for r in rows),
             "removed": sum(r["kind"] == "del" for r in rows)}
 
