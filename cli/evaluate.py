@@ -50,6 +50,7 @@ def evaluate(skill_file, split, data, env_name, backend, model, base_url, config
     \b
     Examples:
         skillstate export --best > best.md && skillstate eval --skill best.md
+        skillstate export -o best.skill && skillstate eval --skill best.skill   # a trained skill directory
         skillstate eval --skill my_skill.md --split val --data examples/qa
         skillstate eval --skill my_skill.md --backend openai --model gpt-4o-mini --data examples/qa
         skillstate eval --skill agent.md --env sql --split val

@@ -31,6 +31,7 @@ from skillstate.skillopt.tree_edits import (
     patch_tree,
     screen_file_edits,
     shown,
+    with_md,
 )
 from skillstate.skilltree import SkillFile, SkillTree, is_tree_blob, load_skill, parse_front_matter, validate_skill
 from skillstate.skilltree.bundle import bundle, is_bundle, unbundle, view, view_files
@@ -290,3 +291,69 @@ def test_the_dashboard_shows_the_tree_file_by_file(tree_run):
         assert '<code>references/reading.md</code>' in html and "<file path=" not in html
         step = client.get(f"/runs/t/steps/{summary['best_step']}").text
         assert '<div class="dl file"><code>SKILL.md</code></div>' in step and "&lt;file path=" not in step
+
+
+# --- review fixes ----------------------------------------------------------------------------------
+
+def test_a_nul_a_model_writes_is_dropped_never_a_crash():
+    edits = [Edit(op="append", content="- A\x00B."), Edit(op="append", content="- C\x00.", file="references/a.md"),
+             Edit(op="create", content="# N\x00\n", file="references/n.md"),
+             Edit(op="append", content="\x00", file="references/a.md")]
+    tree, report, _ = patch_tree(demo_tree(), edits, patch_md)
+    assert "- AB." in tree["SKILL.md"].text and tree["references/a.md"].text.endswith("- C.")
+    assert tree["references/n.md"].text == "# N\n" and report[3].status == "unchanged"
+    assert "\x00" not in md_of(with_md(bundle(demo_tree()), FRONT + "x\x00y\n"))
+
+
+def test_a_lookalike_of_skill_md_is_skill_md_and_keeps_its_protections():
+    kelvin = "S\u212aILL.md"  # a Kelvin sign for the K: the same path once normalized
+    edit = Edit(op="replace", target="name: demo", content="name: hacked", file=kelvin)
+    assert is_skill_md_edit(edit)
+    tree, report, _ = patch_tree(demo_tree(), [edit], patch_md)
+    assert "name: demo" in tree["SKILL.md"].text and report[0].status not in CHANGED
+
+
+def test_scripts_are_never_edited():
+    edit = Edit(op="append", content="import os; os.system('x')", file="scripts/run.py")
+    assert file_problem(demo_tree(), edit) == "executable_file"
+
+
+def test_an_edit_rejected_in_one_file_is_not_taken_for_the_same_edit_of_another():
+    from types import MappingProxyType, SimpleNamespace
+
+    rejected = Edit(op="append", content="- New.", file="references/a.md")
+    state = RunState(rejected_edits=MappingProxyType({(rejected.keyed_op, rejected.target, rejected.content): 1}))
+    config = SimpleNamespace(**{**{k: getattr(Config, k) for k in dir(Config) if not k.startswith("_")},
+                                "drop_rejected_edits": 1})
+    edits = [Edit(op="append", content="- New."), rejected, Edit(op="append", content="- New.", file="references/b.md")]
+    kept, dropped = screen(config, state, bundle(demo_tree(**{"references/b.md": "# B\n"})), edits)
+    assert kept == [0, 2] and [(d.index, d.reason) for d in dropped] == [(1, "rejected_before")]
+
+
+def test_runs_logged_before_train_files_read_it_as_skill_md():
+    from skillstate.log.event_codec import decode
+
+    started = decode("RunStarted", 9, {"config": {"disclosure": "tools"}, "initial_skill": "h", "dataset": {},
+                                       "dataset_fingerprint": "f", "prompts": {}, "steps_per_epoch": 1,
+                                       "total_steps": 1, "package_version": "x"})
+    assert started.config["train_files"] == "skill_md"
+
+
+def test_the_gate_measures_skill_md_of_a_tree():
+    from skillstate.engine.scoring import summarize
+    from skillstate.skillopt.gate import length_cost, semantic_density
+
+    text = bundle(demo_tree())
+    scores = summarize([], "hard", 0.5, text, 0.1, 0.01)
+    md = demo_tree()["SKILL.md"].text
+    assert scores.density == semantic_density(md) and scores.length_cost == length_cost(md, 0.01)
+
+
+def test_a_markdown_skill_that_shows_a_file_block_is_still_markdown(tmp_path):
+    skill = tmp_path / "skill.md"
+    skill.write_text('# Skill\n\n<file path="a.txt">\nan example\n</file>\n\n## Rules\n- Be exact.\n')
+    db = f"sqlite:///{tmp_path / 'md.db'}"
+    call("run", "--set", f"initial_skill={skill}", "--set", "num_epochs=1", "--db", db, "--run-id", "m", "-q")
+    summary = json.loads(call("show", "m", "--json", "--db", db))
+    diff = call("diff", "m", "0", str(summary["steps"]), "--db", db)
+    assert "+++ m@step_" in diff and "a.txt" not in diff.split("\n", 2)[1]

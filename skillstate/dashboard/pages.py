@@ -17,10 +17,9 @@ from skillstate.pricing import sent_cost
 from skillstate.reading.curves import run_curves
 from skillstate.reading.history import status_of
 from skillstate.reading.selection_report import gap_summary
-from skillstate.reading.skill_text import skill_text
+from skillstate.reading.skill_text import skill_text, stored_files
 from skillstate.reading.step_detail import step_detail
 from skillstate.reading.triggers import run_triggers
-from skillstate.skilltree.bundle import view_files
 
 # A sentence ends at . ! or ? followed by space; a line of the skill is split
 # into its sentences so that each can be asked about.
@@ -120,11 +119,13 @@ def _diff_rows(before: str, after: str) -> list[dict[str, str]]:
     return rows
 
 
-def skill_diff(before: str, after: str) -> dict[str, Any]:
-    """The line diff of two skills; of two trained trees (their views), file by file, each changed file under a
-    `file` row that names it (a file created or removed diffs against nothing)."""
-    files_a, files_b = view_files(before), view_files(after)
-    if files_a or files_b:
+def skill_diff(before: str, after: str, files_a: dict[str, str] | None = None,
+               files_b: dict[str, str] | None = None) -> dict[str, Any]:
+    """The line diff of two skills; where either is a trained tree (`files_a`, `files_b`: its text files), file
+    by file, each changed file under a `file` row that names it (a file created or removed diffs against
+    nothing)."""
+    if files_a is not None or files_b is not None:
+        files_a, files_b = files_a or {}, files_b or {}
         rows: list[dict[str, str]] = []
         for path in sorted(set(files_a) | set(files_b), key=lambda p: (p != "SKILL.md", p)):
             a, b = files_a.get(path), files_b.get(path)
@@ -144,7 +145,8 @@ def step_page(cache: RunCache, run_id: str, step: int) -> dict[str, Any]:
     diff = None
     if skills:
         gated = skills.get("repaired", skills["candidate"])  # repair: ablate gates the repaired candidate
-        diff = skill_diff(skill_text(cache.store, skills["base"]), skill_text(cache.store, gated))
+        diff = skill_diff(skill_text(cache.store, skills["base"]), skill_text(cache.store, gated),
+                          stored_files(cache.store, skills["base"]), stored_files(cache.store, gated))
     steps = [r.step for r in loaded.state.history]
     return {"run": run_row(cache, run_id), "detail": detail, "diff": diff,
             "prev": max((s for s in steps if s < step), default=None),
@@ -171,9 +173,9 @@ def skill_page(cache: RunCache, run_id: str, which: str = "best") -> dict[str, A
         raise NotFoundError(f"run {run_id!r} has no {which} skill yet")
     text = skill_text(cache.store, blob)  # a run that trains the whole directory: every file, in blocks
     bank = s.config.get("mode") == "bank"
-    files = view_files(text)  # a run that trains the whole directory: one section per file, SKILL.md first
-    sections = [] if bank else [{"path": p, "lines": skill_lines(t)} for p, t in files.items()] or [
-        {"path": None, "lines": skill_lines(text)}]
+    files = stored_files(cache.store, blob) or {}  # a run that trains the whole directory: a section per file
+    sections: list[dict[str, Any]] = [] if bank else [
+        {"path": p, "lines": skill_lines(t)} for p, t in files.items()] or [{"path": None, "lines": skill_lines(text)}]
     return {"run": run_row(cache, run_id), "which": which, "text": text, "bank": bank,
             "lines": sections[0]["lines"] if sections else [], "sections": sections, "best_step": s.best_step,
             "files": skill_files(cache, s.skill_tree) if s.skill_tree and not files else []}
@@ -235,12 +237,14 @@ def lineage_page(cache: RunCache, run_id: str) -> dict[str, Any]:
 
 def compare_page(cache: RunCache, a: str, b: str) -> dict[str, Any]:
     runs = []
+    trees = []
     for rid in (a, b):
         loaded = cache.get(rid)
+        best = loaded.state.best_skill
         runs.append({"row": run_row(cache, rid), "curves": run_curves(loaded),
-                     "best": skill_text(cache.store, need(loaded.state.best_skill, "the best skill"))
-                     if loaded.state.best_skill else ""})
-    return {"runs": runs, "diff": skill_diff(str(runs[0]["best"]), str(runs[1]["best"]))}
+                     "best": skill_text(cache.store, best) if best else ""})
+        trees.append(stored_files(cache.store, best) if best else None)
+    return {"runs": runs, "diff": skill_diff(str(runs[0]["best"]), str(runs[1]["best"]), *trees)}
 
 
 def bank_page(cache: RunCache, run_id: str) -> dict[str, Any]:

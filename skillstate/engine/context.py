@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from skillstate.storage.store import Store, StoredEvent
 from skillstate.util import sha256_text
 
 T = TypeVar("T")
+BUNDLES_KEPT = 32  # trained trees held decoded at once (a stage reads a few skills many times)
 R = TypeVar("R")
 
 
@@ -120,7 +122,7 @@ class RunContext:
         self.embedder: Embedder = SimEmbedder()  # mode bank: retrieval and deduplication (build_context sets it)
         self.executor: Executor = ThreadsExecutor()  # where rollouts run (build_context sets the config's)
         self._blobs: dict[str, str] = {}
-        self._bundles: dict[str, str] = {}  # tree blob hash -> its bundle (see `skill`)
+        self._bundles: OrderedDict[str, str] = OrderedDict()  # tree blob hash -> its bundle (see `skill`), the last few
         self._lock = threading.Lock()
         self._slots = Slots(config.concurrency)
         self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="skillstate")
@@ -171,9 +173,15 @@ class RunContext:
             found = self._bundles.get(h)
         if found is None:
             found = bundle(decode_tree(text, self._find_blobs))
-            with self._lock:
-                self._bundles[h] = found
+        self._keep_bundle(h, found)
         return found
+
+    def _keep_bundle(self, h: str, text: str) -> None:
+        with self._lock:
+            self._bundles[h] = text
+            self._bundles.move_to_end(h)
+            while len(self._bundles) > BUNDLES_KEPT:
+                self._bundles.popitem(last=False)
 
     def put_skill(self, text: str) -> str:
         """Store a skill text as `skill` gives them (a bundle as its tree blob and file blobs); its hash."""
@@ -183,8 +191,7 @@ class RunContext:
         for blob in encoded.blobs.values():
             self.put_blob(blob)
         if not self.in_background:
-            with self._lock:
-                self._bundles[encoded.root_hash] = text
+            self._keep_bundle(encoded.root_hash, text)
         return encoded.root_hash
 
     def take_blobs(self) -> dict[str, str]:

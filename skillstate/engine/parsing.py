@@ -44,8 +44,10 @@ class FileEditIn(EditIn):
 
     @field_validator("file", mode="before")
     @classmethod
-    def _no_file(cls, v: Any) -> Any:
-        return "" if v is None else v
+    def _file_text(cls, v: Any) -> Any:
+        """A file that is not text names no file the skill holds: the edit is kept, and dropped for it later
+        (never the whole reply)."""
+        return v if isinstance(v, str) else "" if v is None else f"?{v!r}"[:200]
 
 
 class FileAnalystReply(AnalystReply):

@@ -20,6 +20,7 @@ from skillstate.llm.base import CircuitOpen
 from skillstate.log.events import ItemResult, PartialEval, RetrievedSkill, Scores, SplitScore, Usage, usage_of
 from skillstate.log.reducer import RunState, cache_key, need
 from skillstate.skillopt import gate as gate_rules
+from skillstate.skillopt.tree_edits import md_of
 from skillstate.util import canonical_json
 
 
@@ -76,8 +77,9 @@ def summarize(results: list[ItemResult], metric: str, weight: float, skill: str 
     for r in results:
         groups[r.task_type or "untyped"].append(r)
     hard, soft = mean([r.hard for r in results]), mean([r.soft for r in results])
-    density = gate_rules.semantic_density(skill)  # always stored: a fork may turn the bonus on later
-    cost = gate_rules.length_cost(skill, length_penalty)
+    text = md_of(skill)  # a trained tree: SKILL.md, what the target reads whenever it loads the skill
+    density = gate_rules.semantic_density(text)  # always stored: a fork may turn the bonus on later
+    cost = gate_rules.length_cost(text, length_penalty)
     return Scores(
         hard=hard, soft=soft, n=len(results), density=density, length_cost=cost,
         gate=gate_rules.with_density(gate_rules.gate_score(hard, soft, metric, weight), density, density_weight,
@@ -194,8 +196,8 @@ def reject_check(ctx: RunContext, state: RunState, split: str, order: list[dict[
     length, the score bound) once it proves that `skill` cannot beat
     `current`, else None."""
     cfg = ctx.config
-    density = gate_rules.semantic_density(skill)
-    cost = gate_rules.length_cost(skill, cfg.gate_length_penalty)
+    density = gate_rules.semantic_density(md_of(skill))  # as `summarize` counts them
+    cost = gate_rules.length_cost(md_of(skill), cfg.gate_length_penalty)
     if gating.rule_of(cfg).active:  # gate_rule paired or gate_type_margin: their exact bound
         return gating.early_check(ctx, state, split, order, current, density, cost)
     n = len(order)

@@ -128,6 +128,14 @@ def _v8_distractors(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
+def _v9_train_files(payload: dict[str, Any]) -> dict[str, Any]:
+    """Runs written before RunStarted v10 (RunForked v8) trained SKILL.md alone, whatever their disclosure: a
+    config without the key meant `train_files: skill_md`."""
+    config = dict(payload.get("config", {}))
+    config.setdefault("train_files", "skill_md")
+    return {**payload, "config": config}
+
+
 def _v1_gate(payload: dict[str, Any]) -> dict[str, Any]:
     """GateDecided v2 adds the robust rules' verdicts; a v1 decision was the strict rule's alone."""
     return payload
@@ -147,6 +155,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunForked", 5): _v6_config,
     ("RunStarted", 7): _v7_front_matter,
     ("RunStarted", 8): _v8_distractors,
+    ("RunStarted", 9): _v9_train_files,
+    ("RunForked", 7): _v9_train_files,
     ("RunForked", 6): _v7_front_matter,
     ("GateDecided", 1): _v1_gate,
 }

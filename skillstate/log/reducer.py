@@ -135,7 +135,7 @@ def _regate(scores: Scores, config: Mapping) -> float:
 
 def _count_edits(counts: Mapping[tuple[str, str, str], int], edits: Iterable[Edit]) -> Mapping:
     """`counts` with each of `edits` counted once more (an edit listed twice counts once)."""
-    keys = {(e.op, e.target, e.content) for e in edits}
+    keys = {(e.keyed_op, e.target, e.content) for e in edits}
     if not keys:
         return counts
     return MappingProxyType({**counts, **{k: counts.get(k, 0) + 1 for k in keys}})

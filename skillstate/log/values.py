@@ -44,6 +44,12 @@ class Edit(Frozen):
     # a run that trains a skill directory: the file the edit is for ("" is SKILL.md); left out of dumps when ""
     file: str = ""
 
+    @property
+    def keyed_op(self) -> str:
+        """The op as the count of rejected edits keys it: with the file, where the edit names one (so an edit
+        of a reference is not taken for the same edit of SKILL.md)."""
+        return f"{self.op}@{self.file}" if self.file else self.op
+
     @model_serializer(mode="wrap")
     def _without_file_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = handler(self)

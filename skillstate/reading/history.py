@@ -19,11 +19,10 @@ from skillstate.log.reducer import RunState, StepRecord, need, usage_totals
 from skillstate.pricing import cost_usd, price_for, sent_cost
 from skillstate.reading.failures import event_call_refs, failed_call_tokens, failed_calls, unused_calls
 from skillstate.reading.selection_report import gap_summary
-from skillstate.reading.skill_text import skill_text
+from skillstate.reading.skill_text import skill_text, stored_files
 from skillstate.reading.tool_use import tool_use
 from skillstate.reading.triggers import run_triggers
 from skillstate.skilltree import SKILL_MD, is_tree_blob
-from skillstate.skilltree.bundle import view_files
 from skillstate.storage.store import Store
 
 
@@ -84,10 +83,12 @@ def chosen_skill(loaded: LoadedRun, step: int | None = None, best: bool = False)
 
 
 def skill_diff(store: Store, run_id: str | None, step_a: int, step_b: int) -> tuple[str, str]:
-    rid, a = skill_at(store, run_id, step_a)
-    _, b = skill_at(store, rid, step_b)
-    files_a, files_b = view_files(a), view_files(b)
-    if files_a or files_b:  # a run that trains the whole directory: one diff per file
+    loaded = load_run(store, run_id)
+    rid = loaded.run_id
+    hash_a, hash_b = chosen_skill(loaded, step_a), chosen_skill(loaded, step_b)
+    tree_a, tree_b = stored_files(store, hash_a), stored_files(store, hash_b)
+    if tree_a is not None or tree_b is not None:  # a run that trains the whole directory: one diff per file
+        files_a, files_b = tree_a or {}, tree_b or {}
         out: list[str] = []
         for path in sorted(set(files_a) | set(files_b), key=lambda p: (p != SKILL_MD, p)):
             before, after = files_a.get(path), files_b.get(path)
@@ -96,15 +97,16 @@ def skill_diff(store: Store, run_id: str | None, step_a: int, step_b: int) -> tu
                 fromfile=f"{rid}@step_{step_a}/{path}" if before is not None else "/dev/null",
                 tofile=f"{rid}@step_{step_b}/{path}" if after is not None else "/dev/null"))
         return rid, "".join(out)
+    a, b = store.get_blob(hash_a), store.get_blob(hash_b)
     # a run of a skill directory that trains its SKILL.md: the diff names the file
-    in_file = f"/{SKILL_MD}" if load_run(store, rid).state.skill_tree else ""
+    in_file = f"/{SKILL_MD}" if loaded.state.skill_tree else ""
     lines = difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
                                  fromfile=f"{rid}@step_{step_a}{in_file}", tofile=f"{rid}@step_{step_b}{in_file}")
     return rid, "".join(lines)
 
 
 def _lines(text: str | None) -> list[str]:
-    return [] if text is None else [line + "\n" for line in text.split("\n")]
+    return [] if text is None else text.splitlines(keepends=True)
 
 
 def status_of(state: RunState) -> str:

@@ -15,9 +15,8 @@ from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.reducer import RunState, need, reduce
-from skillstate.reading.skill_text import skill_text
+from skillstate.reading.skill_text import skill_text, stored_files
 from skillstate.skillopt import repair as repair_rules
-from skillstate.skilltree.bundle import view_files
 from skillstate.storage.store import Store
 
 
@@ -96,7 +95,8 @@ def explain(store: Store, run_id: str | None, text: str, loaded: LoadedRun | Non
     where = {"in_initial_skill": text in initial,
              "in_current_skill": text in current_text,
              "in_best_skill": text in skill_text(store, need(state.best_skill, "the best skill"))}
-    trained = view_files(current_text)  # a run that trains the whole directory: the files that hold it now
+    # a run that trains the whole directory: the files that hold it now
+    trained = stored_files(store, need(state.current_skill, "the current skill")) or {}
     return {
         "run_id": loaded.run_id,
         "text": text,

@@ -28,3 +28,15 @@ def skill_md_of(store: Store, skill: str) -> str:
         return text
     tree = decode_tree(text, store.get_blobs)
     return tree[skill_md_path(tree)].text
+
+
+def text_files(tree: SkillTree) -> dict[str, str]:
+    """path -> text of a tree's text files, SKILL.md first (what `diff`, `why` and the dashboard read)."""
+    md = skill_md_path(tree)
+    return {p: tree[p].text for p in [md, *(p for p in tree if p != md)] if not tree[p].is_binary}
+
+
+def stored_files(store: Store, skill: str) -> dict[str, str] | None:
+    """`text_files` of a stored skill that is a trained tree; None for a markdown skill."""
+    tree = stored_tree(store, skill)
+    return text_files(tree) if tree is not None else None

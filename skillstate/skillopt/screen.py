@@ -55,7 +55,7 @@ def _held(content: str, held: set[str], whole: str | None) -> bool:
 
 def edit_key(edit: Edit) -> tuple[str, str, str]:
     """An edit as compared with earlier ones: its op, and its target and content normalized."""
-    return _key(edit.op, edit.target, edit.content)
+    return _key(edit.keyed_op, edit.target, edit.content)
 
 
 def _key(op: str, target: str, content: str) -> tuple[str, str, str]:

@@ -10,8 +10,10 @@ Two ops change the tree itself:
 
 Both work only under `references/`, so SKILL.md, scripts and assets are never created or
 removed. Paths are confined by `skilltree.paths` (no `..`, no absolute path); a binary file
-is never edited. An edit that names a path it cannot use is skipped, with its reason in the
-apply report, and the screen drops it before selection.
+and an executable one (a script the user runs, which no rollout measures) are never edited, and a
+NUL character a model writes is dropped (no text file holds one). An edit that names a path it
+cannot use is skipped, with its reason in the apply report, and the screen drops it before
+selection.
 """
 
 from __future__ import annotations
@@ -34,8 +36,15 @@ PatchMd = Callable[[str, list[Edit]], tuple[str, list[ApplyEntry], bool]]
 
 
 def is_skill_md_edit(edit: Edit) -> bool:
-    """Whether the edit is for SKILL.md (no file, or SKILL.md named)."""
-    return edit.file.strip().removeprefix("./") in ("", SKILL_MD, "skill.md")
+    """Whether the edit is for SKILL.md: no file, or a path that is SKILL.md once normalized (a lookalike
+    such as a Kelvin sign for the K stands for it too, so it cannot slip past SKILL.md's protections)."""
+    raw = edit.file.strip().removeprefix("./")
+    return raw == "" or edit_path(edit) in (SKILL_MD, "skill.md")
+
+
+def text_of(text: str) -> str:
+    """`text` as a text file may hold it: a NUL character a model wrote is dropped."""
+    return text.replace("\x00", "")
 
 
 def edit_path(edit: Edit) -> str | None:
@@ -57,10 +66,10 @@ def file_problem(tree: SkillTree, edit: Edit) -> str | None:
         if edit.op == CREATE:
             if path in tree:
                 return "file_exists"
-            if not edit.content.strip():
+            if not text_of(edit.content).strip():
                 return "empty_content"
             try:
-                tree.with_text(path, edit.content)
+                tree.with_text(path, text_of(edit.content))
             except UserError:
                 return "bad_path"
             return None
@@ -69,6 +78,8 @@ def file_problem(tree: SkillTree, edit: Edit) -> str | None:
         return "no_such_file"
     if tree[path].is_binary:
         return "binary_file"
+    if tree[path].executable:  # a script: code the user runs, which no rollout measures
+        return "executable_file"
     if edit.op not in OPS:
         return "unknown_op"
     return None
@@ -82,11 +93,17 @@ def apply_file_edit(tree: SkillTree, edit: Edit) -> tuple[SkillTree, str]:
     path = edit_path(edit)
     assert path is not None
     if edit.op == CREATE:
-        return tree.with_text(path, edit.content), "applied"
+        return tree.with_text(path, text_of(edit.content)), "applied"
     if edit.op == REMOVE:
         return tree.without(path), "applied"
-    text, status = apply_edit(tree[path].text, edit)
+    text, status = apply_edit(tree[path].text, _without_nul(edit))
     return (tree.with_text(path, text) if status in CHANGED else tree), status
+
+
+def _without_nul(edit: Edit) -> Edit:
+    if "\x00" not in edit.content and "\x00" not in edit.target:
+        return edit
+    return edit.model_copy(update={"content": text_of(edit.content), "target": text_of(edit.target)})
 
 
 def patch_tree(tree: SkillTree, edits: Sequence[Edit], patch_md: PatchMd) -> tuple[SkillTree, list[ApplyEntry], bool]:
@@ -98,10 +115,10 @@ def patch_tree(tree: SkillTree, edits: Sequence[Edit], patch_md: PatchMd) -> tup
     report: dict[int, ApplyEntry] = {}
     restored = False
     if md_at:
-        text, md_report, restored = patch_md(tree[md_path].text, [edits[i] for i in md_at])
+        text, md_report, restored = patch_md(tree[md_path].text, [_without_nul(edits[i]) for i in md_at])
         report.update((md_at[r.index], r) for r in md_report)
         if any(r.status in CHANGED for r in md_report):
-            tree = tree.with_text(md_path, text)
+            tree = tree.with_text(md_path, text_of(text))
     for i, edit in enumerate(edits):
         if i not in report:
             tree, status = apply_file_edit(tree, edit)
@@ -144,7 +161,7 @@ def with_md(skill: str, md: str) -> str:
     if not is_bundle(skill):
         return md
     tree = unbundle(skill)
-    return bundle(tree.with_text(skill_md_path(tree), md))
+    return bundle(tree.with_text(skill_md_path(tree), text_of(md)))
 
 
 def shown(skill: str, whole: bool = True) -> str:
