@@ -1,0 +1,224 @@
+"""Running a command in a task's workspace, sandboxed with bubblewrap.
+
+A workspace task's agent runs shell commands, and its check runs the project's tests, so both run in
+a sandbox: Debian's `bubblewrap` (`bwrap`) gives the command a read-only view of the machine with the
+workspace the only writable directory (and a private `/tmp`), no network (its own empty network
+namespace), its own process namespace (so nothing it starts outlives it), and these limits:
+- `wall_seconds`: the whole command is killed when it runs longer;
+- `memory_mb`: its address space (`RLIMIT_AS`);
+- `max_processes`: tasks (processes and threads) it may start: for an ordinary user, beyond those
+  the user has (`RLIMIT_NPROC` counts every task of the user; commands that run at the same time
+  share that headroom while it lasts); for root, whom that limit does not bind, in a pids cgroup
+  of its own (cgroup v1's pids controller, where it is writable; where it is not, root's commands
+  have no process limit, and a command that forks without end is stopped at its time limit).
+
+What went wrong is reported in the result, never raised: a command that cannot start, times out or
+is killed is an outcome the agent (or the check) reads. `sandbox: none` runs the command without
+bubblewrap, with the same limits but no isolation: only on a user's explicit choice.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from skillstate.errors import ConfigError
+
+MAX_OUTPUT = 20_000  # characters of a command's output kept
+KILL_GRACE = 15.0  # seconds a killed sandbox gets to close its output
+
+
+class SandboxSettings(BaseModel):
+    """`env_config.sandbox` of a workspace environment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["bwrap", "none"] = Field(
+        "bwrap", description="bwrap: commands run under bubblewrap (Debian's bubblewrap package); none: without "
+                             "isolation, only when you choose it (the run's log records the choice)")
+    wall_seconds: float = Field(60.0, gt=0, le=3600, description="Kill a command that runs longer (seconds).")
+    memory_mb: int = Field(2048, ge=64, le=1_048_576, description="Address space a command may use (MB).")
+    max_processes: int = Field(256, ge=8, le=65_536, description="Processes the sandbox's user may have at once.")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command did: its exit code (None when it never finished), its output (stdout and stderr, in
+    order, clipped), and whether it ran out of time."""
+
+    exit_code: int | None
+    output: str
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def summary(self) -> str:
+        if self.timed_out:
+            return "killed: it ran past the time limit"
+        if self.exit_code is None:
+            return "it could not start"
+        if self.exit_code < 0:
+            return f"killed by signal {-self.exit_code}"
+        return f"exit code {self.exit_code}"
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+def check_sandbox(settings: SandboxSettings) -> None:
+    """A one-line ConfigError when the sandbox the settings ask for cannot start here."""
+    if settings.kind == "none":
+        return
+    path = bwrap_path()
+    if path is None:
+        raise ConfigError("the workspace sandbox needs bubblewrap (apt install bubblewrap); to run commands "
+                          "without isolation, set env_config.sandbox.kind: none")
+    probe = Path(os.environ.get("TMPDIR", "/tmp"))
+    result = run_command("true", probe, settings)
+    if not result.ok:
+        raise ConfigError(f"bubblewrap cannot start a sandbox here ({result.summary()}: "
+                          f"{result.output.strip().splitlines()[-1] if result.output.strip() else 'no output'}); "
+                          "to run commands without isolation, set env_config.sandbox.kind: none")
+
+
+def processes_of(uid: int) -> int:
+    """How many tasks (processes and their threads) the user `uid` has now: RLIMIT_NPROC counts them all, the
+    driver's threads included."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if os.stat(entry.path).st_uid == uid:
+                    count += len(os.listdir(os.path.join(entry.path, "task")))
+            except OSError:
+                continue
+    return count
+
+
+PIDS_CGROUP = Path("/sys/fs/cgroup/pids")  # cgroup v1's pids controller, where a root driver can bound a command
+
+
+def pids_group(limit: int) -> Path | None:
+    """A new pids cgroup that holds at most `limit` tasks, for a driver running as root (whom RLIMIT_NPROC does
+    not bind); None where there is no writable pids controller."""
+    if os.geteuid() != 0 or not (PIDS_CGROUP / "cgroup.procs").exists():
+        return None
+    group = PIDS_CGROUP / "skillstate" / f"cmd-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        group.mkdir(parents=True)
+        (group / "pids.max").write_text(str(limit))
+    except OSError:
+        return None
+    return group
+
+
+def _drop_group(group: Path | None) -> None:
+    if group is None:
+        return
+    deadline = time.monotonic() + KILL_GRACE
+    while True:
+        try:
+            group.rmdir()
+            return
+        except OSError:  # tasks still leaving
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+
+
+def _limits(settings: SandboxSettings, before: int, group: Path | None):
+    processes = before + settings.max_processes  # the headroom this command gets
+
+    def apply() -> None:
+        os.setsid()
+        if group is not None:
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+        memory = settings.memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
+
+
+def bwrap_argv(workspace: Path, inside: str | None = None) -> list[str]:
+    """bubblewrap's arguments: the machine read-only, a private /tmp, the workspace writable and current (at
+    `inside`, a path under /tmp, when given: the same path in every rollout)."""
+    ws = str(workspace.resolve())
+    at = inside or ws
+    return ["bwrap", "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--bind", ws, at, "--dev", "/dev", "--proc", "/proc",
+            "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--chdir", at,
+            "--setenv", "HOME", at, "--setenv", "TMPDIR", "/tmp", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+            "--setenv", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1", "--"]
+
+
+def run_command(command: str, workspace: Path, settings: SandboxSettings, inside: str | None = None) -> CommandResult:
+    """Run `command` (a shell command line) in `workspace` under the sandbox the settings name. `python` on its
+    PATH is the Python that runs skillstate."""
+    shell = ["/bin/sh", "-c", command]
+    argv = [*bwrap_argv(workspace, inside), *shell] if settings.kind == "bwrap" else shell
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "/usr/bin:/bin")])
+    env = {"PATH": path, "LANG": "C.UTF-8", "HOME": str(workspace), "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # pytest itself, not every plugin installed beside skillstate
+    before = processes_of(os.geteuid())
+    group = pids_group(settings.max_processes)
+    try:
+        return _run(argv, workspace, env, settings, before, group)
+    finally:
+        _drop_group(group)
+
+
+def _run(argv: list[str], workspace: Path, env: dict[str, str], settings: SandboxSettings, before: int,
+         group: Path | None) -> CommandResult:
+    try:
+        proc = subprocess.Popen(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, preexec_fn=_limits(settings, before, group))
+    except (OSError, subprocess.SubprocessError) as err:
+        return CommandResult(None, f"cannot start: {getattr(err, 'strerror', None) or err}")
+    try:
+        out, _ = proc.communicate(timeout=settings.wall_seconds)
+        return CommandResult(proc.returncode, _clip(out))
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        try:  # the sandbox's namespace goes with it; a fork storm can take a few seconds to wind down
+            out, _ = proc.communicate(timeout=KILL_GRACE)
+        except subprocess.TimeoutExpired:
+            out = b""
+            if proc.stdout is not None:
+                proc.stdout.close()
+        _wait_gone(before + settings.max_processes // 4)  # its processes no longer count against the next command
+        return CommandResult(None, _clip(out), timed_out=True)
+
+
+def _wait_gone(at_most: int) -> None:
+    """Wait (up to KILL_GRACE seconds) until the user has at most `at_most` processes again."""
+    deadline = time.monotonic() + KILL_GRACE
+    while processes_of(os.geteuid()) > at_most and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # its session: bwrap and everything under it
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def _clip(data: bytes | None) -> str:
+    text = (data or b"").decode("utf-8", errors="replace")
+    if len(text) <= MAX_OUTPUT:
+        return text
+    half = MAX_OUTPUT // 2
+    return text[:half] + f"\n[... {len(text) - MAX_OUTPUT} characters cut ...]\n" + text[-half:]
