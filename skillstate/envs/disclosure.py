@@ -150,11 +150,50 @@ def run_tool(skills: Sequence[InstalledSkill], name: str, arguments: str) -> tup
     return clip(text, MAX_TOOL_OUTPUT), None, f"{skill.name}/{path}"
 
 
+class SkillReader:
+    """The installed skills as one rollout's tools give them: the catalogue for the system prompt, and the
+    replies of `load_skill` and `read_skill_file`, each skill or file given once (then "already loaded
+    above") and at most MAX_ROLLOUT_OUTPUT characters in all. `loaded` and `read` record what it gave."""
+
+    def __init__(self, installation: Installation, skill: str):
+        self.trained = installation.trained_skill(skill)
+        self.skills = sorted([self.trained, *installation.distractors], key=lambda s: s.name)
+        self.loaded: list[str] = []
+        self.read: list[str] = []
+        self.given = 0
+
+    def system_prompt(self, prompts: dict[str, str]) -> str:
+        return render(prompts["disclosure_system"], catalogue=catalogue(self.skills)).strip()
+
+    @staticmethod
+    def serves(name: str) -> bool:
+        return name in (LOAD_SKILL, READ_FILE)
+
+    def run(self, name: str, arguments: str) -> str:
+        output, skill_loaded, file_read = run_tool(self.skills, name, arguments)
+        if skill_loaded in self.loaded or file_read in self.read:  # once is enough: the text is above
+            output = f"{skill_loaded or file_read} is already loaded above."
+        elif self.given + len(output) > MAX_ROLLOUT_OUTPUT:
+            output = (f"error: this task has been given {self.given} characters of skill files, the most it may "
+                      "be; answer with what you have")
+        self.given += len(output)
+        if skill_loaded and skill_loaded not in self.loaded and not output.startswith("error:"):
+            self.loaded.append(skill_loaded)
+        if file_read and file_read not in self.read and not output.startswith("error:"):
+            self.read.append(file_read)
+        return output
+
+    def installed(self) -> list[dict[str, str]]:
+        return [{"name": s.name, "description": s.description} for s in self.skills]
+
+
 def disclosure_problem(env_cls: type) -> str | None:
     """Why progressive disclosure cannot play environments of `env_cls` (None when it can): it plays question
     answering, with QAEnv's own single-call rollout (it supplies the rollout; a subclass may score differently)."""
+    if getattr(env_cls, "plays_disclosure", False):  # an environment whose own loop offers the skill tools
+        return None
     if not issubclass(env_cls, QAEnv):
-        return "plays question-answering environments"
+        return "plays question-answering environments and workspace tasks"
     if env_cls.rollout is not QAEnv.rollout:
         return "plays question answering with QAEnv's own rollout (this environment has its own)"
     return None
@@ -163,6 +202,10 @@ def disclosure_problem(env_cls: type) -> str | None:
 def disclosed(env: SkillEnv, installation: Installation, max_calls: int) -> SkillEnv:
     """`env` played with progressive disclosure over `installation`."""
     problem = disclosure_problem(type(env))
+    if problem is None and getattr(type(env), "plays_disclosure", False):
+        env.installation = installation  # type: ignore[attr-defined]
+        env.max_calls = max_calls  # type: ignore[attr-defined]
+        return env
     if problem is not None or not isinstance(env, QAEnv):
         raise ConfigError(f"disclosure: tools {problem}, not env {env.kind!r}")
     return DisclosureEnv(env, installation, max_calls)
@@ -170,7 +213,9 @@ def disclosed(env: SkillEnv, installation: Installation, max_calls: int) -> Skil
 
 def installation_of_env(env: SkillEnv) -> Installation | None:
     """The skills a disclosure environment installs (None for any other environment)."""
-    return env.installation if isinstance(env, DisclosureEnv) else None
+    if isinstance(env, DisclosureEnv):
+        return env.installation
+    return getattr(env, "installation", None) if getattr(type(env), "plays_disclosure", False) else None
 
 
 class DisclosureEnv(SkillEnv):
@@ -198,15 +243,12 @@ class DisclosureEnv(SkillEnv):
         return self.inner.describe_item(item)
 
     def rollout(self, skill: str, item: dict[str, Any], complete: Complete, prompts: dict[str, str]) -> RolloutOutcome:
-        trained = self.installation.trained_skill(skill)
-        skills = sorted([trained, *self.installation.distractors], key=lambda s: s.name)
-        system = render(prompts["disclosure_system"], catalogue=catalogue(skills)).strip()
-        messages: list[dict[str, Any]] = [{"role": "system", "content": system},
+        reader = SkillReader(self.installation, skill)
+        messages: list[dict[str, Any]] = [{"role": "system", "content": reader.system_prompt(prompts)},
                                           {"role": "user", "content": self.inner.user_message(item, prompts)}]
         calls: list[CallResult] = []
-        loaded: list[str] = []
-        read: list[str] = []
-        answer, reason, given = None, "", 0
+        loaded, read = reader.loaded, reader.read
+        answer, reason = None, ""
         for _ in range(self.max_calls):
             result = complete(messages, tools=TOOLS)
             calls.append(result)
@@ -215,18 +257,8 @@ class DisclosureEnv(SkillEnv):
                 reason = failed or reason
                 break
             for call in result.tool_calls:
-                output, skill_loaded, file_read = run_tool(skills, call.name, call.arguments)
-                if skill_loaded in loaded or file_read in read:  # once is enough: the text is above
-                    output = f"{skill_loaded or file_read} is already loaded above."
-                elif given + len(output) > MAX_ROLLOUT_OUTPUT:
-                    output = (f"error: this task has been given {given} characters of skill files, the most it may "
-                              "be; answer with what you have")
-                given += len(output)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
-                if skill_loaded and skill_loaded not in loaded and not output.startswith("error:"):
-                    loaded.append(skill_loaded)
-                if file_read and file_read not in read and not output.startswith("error:"):
-                    read.append(file_read)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": reader.run(call.name,
+                                                                                                call.arguments)})
         else:
             reason = f"max_calls: no answer within {self.max_calls} calls (disclosure_max_calls)"
         task_type = item.get("task_type", "")
@@ -235,8 +267,8 @@ class DisclosureEnv(SkillEnv):
             hard, soft, reason = self.inner.score(answer, item)
             if calls[-1].truncated and reason:
                 reason += " (reply truncated at max_tokens)"
-        trajectory = {"kind": "disclosure", "item_id": item["id"], "trained": trained.name,
-                      "installed": [{"name": s.name, "description": s.description} for s in skills],
+        trajectory = {"kind": "disclosure", "item_id": item["id"], "trained": reader.trained.name,
+                      "installed": reader.installed(),
                       "skills_loaded": loaded, "files_read": read, "answer": answer, "messages": messages}
         return RolloutOutcome(hard=hard, soft=soft, fail_reason=reason, prediction=answer or "", task_type=task_type,
                               calls=calls, trajectory=trajectory, turns=len(calls),

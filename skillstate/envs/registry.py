@@ -16,6 +16,7 @@ from skillstate.errors import ConfigError
 BUILTIN: dict[str, str] = {
     "qa": "skillstate.envs.qa:QAEnv",
     "sql": "skillstate.envs.sql:SqlEnv",
+    "workspace": "skillstate.envs.workspace.env:WorkspaceEnv",
     "textworld_express": "skillstate.envs.textworlds.twx:TextWorldExpress",
     "scienceworld": "skillstate.envs.textworlds.scienceworld:ScienceWorld",
 }

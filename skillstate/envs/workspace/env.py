@@ -1,0 +1,377 @@
+"""Workspace tasks: the target is a coding agent that changes a project in a directory of files.
+
+An item is a starting workspace (`files`, path -> text), an `instruction`, and a `check`: a shell
+command run in the finished workspace (exit 0 is success; a last output line `{"score": x}` gives the
+soft score), after `check_files` are written into it (the tests the agent must not be able to edit
+away). Each rollout works in a fresh copy of the workspace.
+
+The agent is skillstate's own tool-calling loop over the target endpoint: it lists, reads and writes
+files, runs shell commands in the sandbox (`sandbox`), and calls `finish` (or answers in text) when
+done. With `disclosure: tools` it also sees the installed skills as an agent does and loads them
+with `load_skill` and `read_skill_file`. The trajectory holds the conversation, what the agent
+changed (a unified diff, size-capped) and the check's output.
+
+Tool outputs are made stable (the workspace is always `/tmp/workspace` inside the sandbox, and
+pytest's timings and memory addresses are masked), so a resumed or replayed run sends the same
+requests and is served from the journal, as for any environment.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from skillstate.envs.base import Complete, RolloutOutcome
+from skillstate.envs.episode_loop import clip
+from skillstate.envs.tools import ToolEnv, take_reply
+from skillstate.envs.workspace.sandbox import SandboxSettings, check_sandbox, run_command
+from skillstate.errors import UserError
+from skillstate.llm.base import CallResult
+from skillstate.skilltree.paths import check_path
+from skillstate.util import hash_value
+
+SANDBOX_ROOT = "/tmp/workspace"  # where the workspace is inside the sandbox
+MAX_FILE_CHARS = 200_000  # the most a file the agent reads or writes may hold
+SKIPPED_DIRS = {"__pycache__", ".pytest_cache", ".git", ".mypy_cache", ".ruff_cache"}
+FINISH = "finish"
+
+DEFAULT_SKILL = """# Coding agent
+
+You work on a software project in a directory, through tools: list the files, read the ones that matter,
+write your changes, run commands (the project's tests, for one), and call `finish` with a short summary
+when the task is done.
+"""
+
+
+class WorkspaceItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    task_type: str = ""
+    instruction: str
+    files: dict[str, str]
+    check: str
+    check_files: dict[str, str] = {}
+
+    @field_validator("files", "check_files")
+    @classmethod
+    def _paths(cls, files: dict[str, str]) -> dict[str, str]:
+        for path in files:
+            try:
+                check_path(path)
+            except UserError as err:
+                raise ValueError(str(err)) from None
+        return files
+
+
+class WorkspaceConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sandbox: SandboxSettings = SandboxSettings()
+    max_diff_chars: int = Field(20_000, ge=1_000, le=1_000_000,
+                                description="Characters of the agent's diff kept in the trajectory.")
+
+
+TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "function": {
+        "name": "list_files", "description": "List the project's files (paths relative to its root).",
+        "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {
+        "name": "read_file", "description": "Read a file of the project.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
+    {"type": "function", "function": {
+        "name": "write_file", "description": "Write a file of the project (its whole new text; creates it if new).",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                       "required": ["path", "content"]}}},
+    {"type": "function", "function": {
+        "name": "run", "description": "Run a shell command in the project's root (sandboxed, no network); "
+                                      "returns its exit code and output. `python` is the project's Python.",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}},
+    {"type": "function", "function": {
+        "name": FINISH, "description": "Say the task is done, with a one-paragraph summary of what you changed.",
+        "parameters": {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]}}},
+]
+TOOL_NAMES = {t["function"]["name"] for t in TOOLS}
+
+_TIMING = re.compile(r" in \d+(?:\.\d+)?s\b")
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
+
+
+def stable(text: str) -> str:
+    """A command's output with what differs between identical runs masked: pytest's durations, addresses."""
+    return _ADDRESS.sub("0x…", _TIMING.sub("", text))
+
+
+class WorkspaceEnv(ToolEnv):
+    """Coding tasks in a directory, played by skillstate's built-in coding agent."""
+
+    kind = "workspace"
+    item_model = WorkspaceItem
+    config_model = WorkspaceConfig
+    plays_disclosure = True  # with disclosure tools, its own loop offers load_skill and read_skill_file
+    installation: Any = None  # disclosure tools: the installed skills (set by envs.disclosure.disclosed)
+    max_calls: int | None = None
+
+    def __init__(self, splits: dict[str, list[dict[str, Any]]], config: BaseModel | None = None):
+        super().__init__(splits, config)
+        cfg = self.config if isinstance(self.config, WorkspaceConfig) else WorkspaceConfig.model_validate(
+            self.config.model_dump())
+        self.sandbox = cfg.sandbox
+        self.max_diff_chars = cfg.max_diff_chars
+        self._checks: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        check_sandbox(self.sandbox)
+
+    @classmethod
+    def builtin_splits(cls, config: BaseModel, splits: list[str]) -> dict[str, list[dict[str, Any]]] | None:
+        from skillstate.envs.workspace.tasks import bundled_splits
+
+        return bundled_splits(splits)
+
+    def default_skill(self) -> str:
+        return DEFAULT_SKILL
+
+    def tools(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        return TOOLS
+
+    def task_message(self, item: dict[str, Any]) -> str:
+        return f"Task: {item['instruction']}"
+
+    def describe_item(self, item: dict[str, Any]) -> dict[str, Any]:
+        return {"id": item["id"], "task_type": item.get("task_type", ""), "instruction": item["instruction"]}
+
+    # -- one rollout ------------------------------------------------------------------------------------
+
+    def rollout(self, skill: str, item: dict[str, Any], complete: Complete, prompts: dict[str, str]) -> RolloutOutcome:
+        with tempfile.TemporaryDirectory(prefix="skillstate-ws-") as tmp:
+            root = Path(tmp) / "workspace"
+            _write_files(root, item["files"])
+            return self._rollout(root, skill, item, complete, prompts)
+
+    def _rollout(self, root: Path, skill: str, item: dict[str, Any], complete: Complete,
+                 prompts: dict[str, str]) -> RolloutOutcome:
+        s = self.settings
+        disclosure = self.installation is not None
+        if disclosure:
+            from skillstate.envs.disclosure import TOOLS as SKILL_TOOLS
+            from skillstate.envs.disclosure import SkillReader
+
+            reader = SkillReader(self.installation, skill)
+            system, tools = reader.system_prompt(prompts), [*TOOLS, *SKILL_TOOLS]
+        else:
+            reader, system, tools = None, skill, TOOLS
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system},
+                                          {"role": "user", "content": self.task_message(item)}]
+        calls: list[CallResult] = []
+        steps: list[dict[str, Any]] = []
+        answer, reason, invalid_run = None, "", 0
+        limit = s.max_turns
+        for n in range(1, limit + 1):
+            result = complete(messages, tools=tools)
+            calls.append(result)
+            answer, failed = take_reply(result, messages)
+            if failed or answer is not None:
+                reason = failed or reason
+                break
+            for call in result.tool_calls:
+                if reader is not None and reader.serves(call.name):
+                    output, invalid = reader.run(call.name, call.arguments), False
+                else:
+                    output, invalid = self._act(root, call.name, call.arguments)
+                if call.name == FINISH and not invalid:
+                    answer = output
+                invalid_run = invalid_run + 1 if invalid else 0
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+                steps.append({"turn": n, "tool": call.name, "arguments": call.arguments, "output": output,
+                              "invalid": invalid})
+            if answer is not None:
+                break
+            if invalid_run >= s.max_invalid:
+                reason = f"invalid_actions: {invalid_run} failed tool calls in a row"
+                break
+        else:
+            reason = f"max_turns: the agent did not finish within {limit} calls"
+        changed = _snapshot(root)
+        diff = _diff(item["files"], changed, self.max_diff_chars)
+        check = self._check(root, item)
+        hard, soft = (1.0, 1.0) if check["exit_code"] == 0 else (0.0, 0.0)
+        soft = _soft(check["output"], soft)
+        if hard < 1.0:
+            last = check["output"].strip().splitlines()[-1:] or [""]
+            reason = reason or f"check_failed: {check['result']}: {clip(last[0], 200)}"
+        elif reason:  # the check passed although the agent never said it was done
+            reason = ""
+        trajectory = {"kind": "workspace", "item_id": item["id"], "task": item["instruction"], "answer": answer,
+                      "success": hard >= 1.0, "fail_reason": reason, "steps": steps, "messages": messages,
+                      "diff": diff, "check": check}
+        loaded = reader.loaded if reader is not None else []
+        read = reader.read if reader is not None else []
+        if reader is not None:
+            trajectory.update(skills_loaded=loaded, files_read=read)
+        return RolloutOutcome(hard=hard, soft=soft, fail_reason=reason, prediction=clip(answer or "", 500),
+                              task_type=item.get("task_type", ""), calls=calls, trajectory=trajectory,
+                              turns=len(calls), skills_loaded=loaded, files_read=read)
+
+    def _act(self, root: Path, name: str, arguments: str) -> tuple[str, bool]:
+        """(output, invalid) of one call of the agent's own tools."""
+        if name not in TOOL_NAMES:
+            return f"error: there is no tool {name!r} (tools: {', '.join(sorted(TOOL_NAMES))})", True
+        try:
+            args = json.loads(arguments or "{}")
+        except (ValueError, RecursionError):
+            return "error: the arguments are not JSON this tool can read", True
+        if not isinstance(args, dict):
+            return "error: the arguments must be a JSON object", True
+        try:
+            if name == "list_files":
+                return "\n".join(sorted(_snapshot(root))) or "(no files)", False
+            if name == "read_file":
+                path = _inside(root, args.get("path"))
+                if not path.is_file():
+                    return f"error: no file {args.get('path')!r}", True
+                text = path.read_text(encoding="utf-8", errors="replace")
+                return clip(text, MAX_FILE_CHARS), False
+            if name == "write_file":
+                path, content = _inside(root, args.get("path")), args.get("content")
+                if not isinstance(content, str) or len(content) > MAX_FILE_CHARS or "\x00" in content:
+                    return f"error: content must be text of at most {MAX_FILE_CHARS:,} characters", True
+                if path.is_dir():
+                    return f"error: {args.get('path')!r} is a directory", True
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(content, encoding="utf-8")
+                return f"wrote {args.get('path')} ({len(content)} characters)", False
+            if name == "run":
+                command = args.get("command")
+                if not isinstance(command, str) or not command.strip():
+                    return "error: give the command to run", True
+                result = run_command(_with_python(command), root, self.sandbox, SANDBOX_ROOT)
+                return stable(f"{result.summary()}\n{result.output}"), not result.ok
+            summary = args.get("summary")
+            return (summary if isinstance(summary, str) and summary.strip() else "done"), False
+        except _Outside as err:
+            return f"error: {err}", True
+
+    def _check(self, root: Path, item: dict[str, Any]) -> dict[str, Any]:
+        """The check's result on the finished workspace. A check is a function of the files it runs on, so it
+        runs once per distinct workspace in this process (many rollouts end in the same one)."""
+        _write_files(root, item.get("check_files") or {})
+        key = hash_value([item["check"], _snapshot(root)])
+        with self._lock:
+            found = self._checks.get(key)
+        if found is not None:
+            return dict(found)
+        result = run_command(_with_python(item["check"]), root, self.sandbox, SANDBOX_ROOT)
+        out = {"command": item["check"], "exit_code": result.exit_code, "timed_out": result.timed_out,
+               "result": result.summary(), "output": stable(clip(result.output, 4_000))}
+        if not result.timed_out:  # a check that ran out of time may pass on a quieter machine
+            with self._lock:
+                self._checks[key] = out
+        return dict(out)
+
+    def reflection_view(self, trajectory: Any) -> dict[str, Any]:
+        view = super().reflection_view(trajectory)
+        check = trajectory.get("check") or {}
+        view.update(diff=clip(str(trajectory.get("diff", "")), self.settings.max_observation_chars),
+                    check={"command": check.get("command"), "result": check.get("result"),
+                           "output": clip(str(check.get("output", "")), self.settings.max_observation_chars)})
+        for key in ("skills_loaded", "files_read"):
+            if trajectory.get(key):
+                view[key] = trajectory[key]
+        return view
+
+    def check_solution(self, item: dict[str, Any], files: dict[str, str]) -> dict[str, Any]:
+        """The check's result on the starting workspace with `files` written over it (tests use it to show
+        that a reference solution passes)."""
+        with tempfile.TemporaryDirectory(prefix="skillstate-ws-") as tmp:
+            root = Path(tmp) / "workspace"
+            _write_files(root, {**item["files"], **files})
+            return self._check(root, item)
+
+
+class _Outside(Exception):
+    pass
+
+
+def _inside(root: Path, raw: Any) -> Path:
+    """The path `raw` names inside the workspace; `_Outside` for anything else (a path that leaves it, or a
+    symlink that points out of it)."""
+    if not isinstance(raw, str) or not raw.strip():
+        raise _Outside("give a path relative to the project's root")
+    try:
+        rel = check_path(raw.strip().removeprefix("./"))
+    except UserError as err:
+        raise _Outside(str(err)) from None
+    path = root / rel
+    resolved = path.resolve()
+    if resolved != root.resolve() and root.resolve() not in resolved.parents:
+        raise _Outside(f"{raw!r} is outside the project")
+    return path
+
+
+def _write_files(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / check_path(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink():
+            path.unlink()
+        path.write_text(text, encoding="utf-8")
+    root.mkdir(parents=True, exist_ok=True)
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    """path -> text of the workspace's files (a symlink as its target, never followed; caches skipped)."""
+    out: dict[str, str] = {}
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not os.path.islink(os.path.join(dirpath, d)))
+        for name in sorted(files):
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                out[rel] = f"(a symlink to {os.readlink(path)})"
+                continue
+            try:
+                data = path.read_bytes()[: MAX_FILE_CHARS + 1]
+            except OSError:
+                continue
+            out[rel] = data.decode("utf-8", errors="replace")
+    return out
+
+
+def _diff(before: dict[str, str], after: dict[str, str], limit: int) -> str:
+    lines: list[str] = []
+    for path in sorted(set(before) | set(after)):
+        a, b = before.get(path), after.get(path)
+        if a == b:
+            continue
+        lines.extend(difflib.unified_diff((a or "").splitlines(keepends=True), (b or "").splitlines(keepends=True),
+                                          fromfile=f"a/{path}" if a is not None else "/dev/null",
+                                          tofile=f"b/{path}" if b is not None else "/dev/null"))
+    return clip("".join(lines), limit)
+
+
+def _soft(output: str, default: float) -> float:
+    """A last output line `{"score": x}` (x in [0, 1]) is the soft score; else `default`."""
+    last = output.strip().splitlines()[-1:] if output.strip() else []
+    try:
+        data = json.loads(last[0]) if last else None
+    except ValueError:
+        return default
+    score = data.get("score") if isinstance(data, dict) else None
+    if isinstance(score, (int, float)) and not isinstance(score, bool) and 0.0 <= score <= 1.0:
+        return float(score)
+    return default
+
+
+def _with_python(command: str) -> str:
+    """`{python}` in a check stands for the Python that runs skillstate (it has pytest); `python` on the agent's
+    PATH is that Python too (see `run_command`)."""
+    return command.replace("{python}", sys.executable)
