@@ -80,6 +80,12 @@ def sim_world_for(env: SkillEnv, sim: Any = None) -> Any:
     if noise.on:
         raise ConfigError(f"the sim's noisy mode (sim.*) plays question answering only, not env {env.kind!r}: "
                           "leave sim.noise off")
+    from skillstate.envs.workspace.env import WorkspaceEnv
+
+    if isinstance(env, WorkspaceEnv):
+        from skillstate.sim.coder import CoderWorld
+
+        return CoderWorld(env)
     if isinstance(env, EpisodeEnv):
         from skillstate.sim.agents import EpisodeWorld
 
@@ -89,7 +95,7 @@ def sim_world_for(env: SkillEnv, sim: Any = None) -> Any:
 
         return ToolWorld(env)
     raise ConfigError(f"the sim backend cannot play env {env.kind!r}: it plays question answering, text worlds "
-                      "(EpisodeEnv) and tool use (ToolEnv); use --backend openai")
+                      "(EpisodeEnv), tool use (ToolEnv) and workspace tasks; use --backend openai")
 
 
 def sim_backend_for(env: SkillEnv, sim: Any = None) -> SimBackend:

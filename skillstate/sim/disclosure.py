@@ -42,17 +42,18 @@ _EVERY = ("every question", "all questions", "always read")
 _SKILL = re.compile(r"<skill>\s*<name>(.*?)</name>\s*<description>(.*?)</description>\s*</skill>", re.DOTALL)
 
 
-def triggers(task_type: str) -> tuple[str, ...]:
-    return TRIGGERS.get(task_type) or tuple(w for w in task_type.lower().split("_") if len(w) > 2) or ("general",)
+def triggers(task_type: str, table: dict[str, tuple[str, ...]] | None = None) -> tuple[str, ...]:
+    return ((table or {}).get(task_type) or TRIGGERS.get(task_type)
+            or tuple(w for w in task_type.lower().split("_") if len(w) > 2) or ("general",))
 
 
 def topic(task_type: str) -> str:
     return TOPICS.get(task_type) or " ".join(triggers(task_type))
 
 
-def hits(description: str, task_type: str) -> int:
+def hits(description: str, task_type: str, table: dict[str, tuple[str, ...]] | None = None) -> int:
     low = description.lower()
-    return sum(1 for word in triggers(task_type) if word in low)
+    return sum(1 for word in triggers(task_type, table) if word in low)
 
 
 def catalogue_of(system: str) -> dict[str, str]:
@@ -60,16 +61,16 @@ def catalogue_of(system: str) -> dict[str, str]:
     return {m.group(1).strip(): m.group(2).strip() for m in _SKILL.finditer(system)}
 
 
-def to_load(catalogue: dict[str, str], task_type: str) -> list[str]:
+def to_load(catalogue: dict[str, str], task_type: str, table: dict[str, tuple[str, ...]] | None = None) -> list[str]:
     """The skills the target loads for a question of `task_type`."""
-    scored = {name: hits(text, task_type) for name, text in catalogue.items()}
+    scored = {name: hits(text, task_type, table) for name, text in catalogue.items()}
     best = max(scored.values(), default=0)
     return sorted(name for name, n in scored.items() if best and n == best)
 
 
-def to_read(body: str, task_type: str) -> list[str]:
+def to_read(body: str, task_type: str, table: dict[str, tuple[str, ...]] | None = None) -> list[str]:
     """The files a loaded SKILL.md points to on a line that names `task_type` (or every question)."""
-    words = triggers(task_type)
+    words = triggers(task_type, table)
     out: list[str] = []
     for line in body.splitlines():
         if line.startswith(FILES_LINE):  # the listing load_skill adds, not the skill's own pointer
@@ -95,27 +96,36 @@ def _calls_made(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any
     return made
 
 
+def skill_calls(messages: list[dict[str, Any]], task_type: str,
+                table: dict[str, tuple[str, ...]] | None = None) -> list[Any] | str:
+    """What an agent with installed skills does next for a task of `task_type`: the `load_skill` or
+    `read_skill_file` calls to make (a list), or, once it has loaded what it wants, the text it loaded (every
+    loaded body and file read, which its competence then depends on)."""
+    system = next((str(m["content"]) for m in messages if m["role"] == "system"), "")
+    made = _calls_made(messages)
+    loads = [(args, out) for name, args, out in made if name == LOAD_SKILL]
+    if not loads:
+        wanted = to_load(catalogue_of(system), task_type, table)
+        if wanted:
+            return [ToolCall(f"call_load_{n}", LOAD_SKILL, json.dumps({"name": name}))
+                    for n, name in enumerate(wanted)]
+    bodies = [(str(args.get("name", "")), out) for args, out in loads if not out.startswith("error:")]
+    reads = [out for name, _args, out in made if name == READ_FILE and not out.startswith("error:")]
+    if not any(name == READ_FILE for name, _a, _o in made):
+        wanted_files = [(skill, path) for skill, body in bodies for path in to_read(body, task_type, table)]
+        if wanted_files:
+            return [ToolCall(f"call_read_{n}", READ_FILE, json.dumps({"skill": skill, "path": path}))
+                    for n, (skill, path) in enumerate(wanted_files)]
+    return "\n".join([body for _name, body in bodies] + reads)
+
+
 def disclosure_reply(world: Any, messages: list[dict[str, Any]], seed: int | None = None) -> tuple[str, list[Any]]:
     """The sim target's (text, tool calls) for a request of a disclosure rollout."""
-    system = next((str(m["content"]) for m in messages if m["role"] == "system"), "")
     user = next((str(m["content"]) for m in messages if m["role"] == "user"), "")
     item = world.find_item(user)
     if item is None:
         return "I don't know.", []
-    task_type = item.get("task_type", "")
-    made = _calls_made(messages)
-    loads = [(args, out) for name, args, out in made if name == LOAD_SKILL]
-    if not loads:
-        wanted = to_load(catalogue_of(system), task_type)
-        if wanted:
-            return "", [ToolCall(f"call_load_{n}", LOAD_SKILL, json.dumps({"name": name}))
-                        for n, name in enumerate(wanted)]
-    bodies = [(str(args.get("name", "")), out) for args, out in loads if not out.startswith("error:")]
-    reads = [out for name, _args, out in made if name == READ_FILE and not out.startswith("error:")]
-    if not any(name == READ_FILE for name, _a, _o in made):
-        wanted_files = [(skill, path) for skill, body in bodies for path in to_read(body, task_type)]
-        if wanted_files:
-            return "", [ToolCall(f"call_read_{n}", READ_FILE, json.dumps({"skill": skill, "path": path}))
-                        for n, (skill, path) in enumerate(wanted_files)]
-    seen = "\n".join([body for _name, body in bodies] + reads)
-    return world.answer(seen, user, seed), []
+    step = skill_calls(messages, item.get("task_type", ""))
+    if isinstance(step, list):
+        return "", step
+    return world.answer(step, user, seed), []
