@@ -1,11 +1,12 @@
 """One interface suite that every kind of environment runs: single-turn QA,
-a plain-Python text world (the worked example), the tool-using sql env, and
+a plain-Python text world (the worked example), the tool-using sql env, workspace tasks, and
 the real text worlds TextWorldExpress and ScienceWorld (marked `textworlds`:
 they need Java and the textworlds extra)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import pytest
@@ -16,6 +17,7 @@ from skillstate.envs.base import RolloutOutcome, SkillEnv
 from skillstate.envs.episode import EpisodeEnv
 from skillstate.envs.registry import apply_settings, env_settings, resolve_env
 from skillstate.envs.tools import ToolEnv
+from skillstate.envs.workspace.env import WorkspaceEnv
 from skillstate.llm.base import CallResult, ChatRequest
 from skillstate.log.events import CallRef
 from skillstate.sim.backend import sim_backend_for
@@ -28,6 +30,8 @@ KINDS = [
     pytest.param(("qa", {}), id="qa"),
     pytest.param(("python:rooms_env:RoomsEnv", {}), id="rooms"),
     pytest.param(("sql", {}), id="sql"),
+    pytest.param(("workspace", {}), id="workspace",
+                 marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")),
     pytest.param(("textworld_express", {"games": ["coin"], "items_per_split": {"train": 4, "val": 3, "test": 3}}),
                  id="textworld_express", marks=TEXTWORLDS),
     pytest.param(("scienceworld", {"tasks": ["find-living-thing"],
@@ -127,6 +131,8 @@ def test_the_reference_solution_solves_the_task(env):
                 session.close()
             assert turns[-1].done and turns[-1].success, (item["id"], actions, turns[-1].observation)
             assert not any(t.done for t in turns[:-1])
+        elif isinstance(env, WorkspaceEnv):
+            assert env.check_solution(item, item["solution"])["exit_code"] == 0
         elif isinstance(env, ToolEnv):
             from skillstate.sim.agents import ToolWorld
 

@@ -1,0 +1,169 @@
+"""Workspace tasks (issue 24, §1 and §2): a coding agent changes a project in a fresh copy of its
+directory, its commands and the task's check run under bubblewrap, and the sim plays skillstate's
+built-in coding agent, whose competence depends on the skill."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pytest
+from conftest import small_config
+from run_helpers import call
+
+from skillstate.envs.registry import apply_settings, env_settings, resolve_env
+from skillstate.envs.workspace.env import SANDBOX_ROOT, WorkspaceEnv, stable
+from skillstate.envs.workspace.sandbox import SandboxSettings, check_sandbox, run_command
+from skillstate.envs.workspace.tasks import bundled_tasks
+from skillstate.errors import ConfigError
+from skillstate.llm.base import CallResult, ChatRequest
+from skillstate.log.events import CallRef
+from skillstate.reading.audit import audit, verify
+from skillstate.sim.backend import sim_backend_for
+from skillstate.sim.coder import RULES
+from skillstate.storage.store import Store
+from skillstate.trainer import Trainer
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (.ci/run installs it)")
+FAST = SandboxSettings(wall_seconds=4, max_processes=64)
+
+
+def build(**env_config) -> WorkspaceEnv:
+    cls = resolve_env("workspace")
+    settings = env_settings(cls, env_config, "workspace")
+    env = cls(cls.builtin_splits(settings, ["train", "val", "test"]), settings)
+    apply_settings(env, small_config(env="workspace"))
+    return env
+
+
+def complete_with(env):
+    backend = sim_backend_for(env)
+
+    def complete(messages, tools=None) -> CallResult:
+        request = ChatRequest.build("sim", "sim-target", messages, 0.0, 256, tools=tools)
+        resp = backend.complete(request)
+        return CallResult(CallRef(request_hash=request.hash, role="target"), text=resp.text, tool_calls=resp.tool_calls)
+
+    return complete
+
+
+# --- the sandbox -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("command", "seen"), [
+    ("echo x > /etc/skillstate-escape", "Read-only file system"),
+    ("echo x > $HOME/../../escape && echo wrote", "Read-only file system"),
+    ("python -c 'import socket; socket.create_connection((\"127.0.0.1\", 5432), timeout=2)'", "Connection refused"),
+    ("python -c 'import urllib.request; urllib.request.urlopen(\"http://pypi.org\", timeout=2)'", "URLError"),
+    ("python -c 'bytearray(8 << 30)'", "MemoryError"),
+])
+def test_a_command_cannot_escape_and_says_why(tmp_path, command, seen):
+    result = run_command(command, tmp_path, FAST, SANDBOX_ROOT)
+    assert not result.ok and seen in result.output, result.output
+    assert not (tmp_path.parent.parent / "escape").exists()
+
+
+def test_a_command_that_outruns_its_time_or_forks_without_end_is_stopped(tmp_path):
+    slow = run_command("sleep 30", tmp_path, FAST, SANDBOX_ROOT)
+    assert slow.timed_out and slow.summary() == "killed: it ran past the time limit"
+    bomb = run_command("f(){ f|f& }; f; sleep 30", tmp_path, FAST, SANDBOX_ROOT)
+    assert bomb.timed_out and not bomb.ok
+
+
+def test_the_workspace_is_writable_at_a_stable_path(tmp_path):
+    result = run_command("pwd; echo hi > made.txt", tmp_path, FAST, SANDBOX_ROOT)
+    assert result.ok and result.output.strip() == SANDBOX_ROOT and (tmp_path / "made.txt").read_text() == "hi\n"
+
+
+def test_without_bubblewrap_the_run_is_refused_unless_the_user_opts_out(monkeypatch):
+    monkeypatch.setattr("skillstate.envs.workspace.sandbox.bwrap_path", lambda: None)
+    with pytest.raises(ConfigError, match=r"needs bubblewrap .*sandbox\.kind: none"):
+        check_sandbox(SandboxSettings())
+    check_sandbox(SandboxSettings(kind="none"))
+
+
+def test_outputs_are_stable_between_identical_runs():
+    assert stable("3 passed in 0.42s\nat 0x7f3a2b1c4d50") == "3 passed\nat 0x…"
+
+
+# --- the tasks and the agent's tools ----------------------------------------------------------------
+
+def test_every_bundled_task_is_solved_by_its_reference_and_failed_without_it():
+    env = build()
+    for item in bundled_tasks()[:4] + bundled_tasks()[-4:]:  # two of each kind (all: the slow test below)
+        assert env.check_solution(item, item["solution"])["exit_code"] == 0, item["id"]
+        assert env.check_solution(item, item.get("wrong") or {})["exit_code"] != 0, item["id"]
+
+
+@pytest.mark.slow
+def test_all_bundled_tasks_check_as_they_should():
+    env = build()
+    for item in bundled_tasks():
+        assert env.check_solution(item, item["solution"])["exit_code"] == 0, item["id"]
+        assert env.check_solution(item, item.get("wrong") or {})["exit_code"] != 0, item["id"]
+
+
+def test_the_file_tools_stay_inside_the_workspace(tmp_path):
+    env = build()
+    root = tmp_path / "workspace"
+    root.mkdir()
+    (root / "a.txt").write_text("inside\n")
+    assert env._act(root, "read_file", json.dumps({"path": "a.txt"})) == ("inside\n", False)
+    for bad in ("../outside.txt", "/etc/passwd", "a/../../x"):
+        out, invalid = env._act(root, "read_file", json.dumps({"path": bad}))
+        assert invalid and out.startswith("error:"), bad
+    env._act(root, "run", json.dumps({"command": "ln -s /etc/passwd link"}))
+    out, invalid = env._act(root, "read_file", json.dumps({"path": "link"}))
+    assert invalid and "outside the project" in out
+    out, invalid = env._act(root, "write_file", json.dumps({"path": "link", "content": "x"}))
+    assert invalid and "outside the project" in out
+    out, invalid = env._act(root, "run", json.dumps({"command": "exit 3"}))
+    assert invalid and out.startswith("exit code 3")
+
+
+def test_a_rollout_records_the_diff_and_the_check_and_a_skill_with_the_rules_does_better():
+    env = build()
+    items = env.items("val")
+    complete = complete_with(env)
+    plain = [env.rollout(env.default_skill(), item, complete, {}) for item in items]
+    good = env.default_skill() + "\n" + "\n".join(f"- {r.variants[0]}" for r in RULES.values()) + "\n"
+    taught = [env.rollout(good, item, complete, {}) for item in items]
+    assert sum(r.hard for r in taught) > sum(r.hard for r in plain)
+    solved = next(r for r in taught if r.hard == 1.0)
+    assert solved.trajectory["diff"].startswith("--- a/") and solved.trajectory["check"]["exit_code"] == 0
+    assert [s["tool"] for s in solved.trajectory["steps"]][0] == "list_files"
+    failed = next(r for r in plain if r.hard == 0.0)
+    assert failed.fail_reason.startswith("check_failed: exit code")
+    view = env.reflection_view(failed.trajectory)
+    assert "check" in view and "diff" in view and json.dumps(view)
+
+
+# --- runs ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def workspace_run(tmp_path_factory):
+    store = Store(f"sqlite:///{tmp_path_factory.mktemp('ws') / 'runs.db'}")
+    Trainer(small_config(env="workspace", num_epochs=2, batch_size=6), store=store, run_id="w").train()
+    return store
+
+
+def test_a_workspace_run_learns_the_projects_ways_and_verifies(workspace_run):
+    summary = json.loads(call("show", "w", "--json", "--db", workspace_run.url))
+    assert summary["best_score"] > summary["baseline_score"]
+    assert audit(workspace_run, "w").ok
+    report = verify(workspace_run, "w")
+    assert report.ok and report.checked == report.total
+
+
+def test_the_run_refuses_a_bad_workspace_config_in_one_line(tmp_path):
+    from test_inputs_config import refused
+
+    refused(tmp_path / "x.db", "run", "--set", "env=workspace", "--set", "env_config.sandbox.kind=docker",
+            match="env_config.sandbox.kind")
+
+
+def test_the_checks_use_the_drivers_python():
+    env = build()
+    item = bundled_tasks()[1]
+    result = env.check_solution(item, item["solution"])
+    assert result["exit_code"] == 0 and sys.executable not in result["output"]
