@@ -118,7 +118,7 @@ def test_the_file_tools_stay_inside_the_workspace(tmp_path):
     out, invalid = env._act(root, "write_file", json.dumps({"path": "link", "content": "x"}))
     assert invalid and "outside the project" in out
     out, invalid = env._act(root, "run", json.dumps({"command": "exit 3"}))
-    assert invalid and out.startswith("exit code 3")
+    assert not invalid and out.startswith("exit code 3")
 
 
 def test_a_rollout_records_the_diff_and_the_check_and_a_skill_with_the_rules_does_better():
@@ -167,3 +167,83 @@ def test_the_checks_use_the_drivers_python():
     item = bundled_tasks()[1]
     result = env.check_solution(item, item["solution"])
     assert result["exit_code"] == 0 and sys.executable not in result["output"]
+
+
+# --- what an agent can leave behind -----------------------------------------------------------------
+
+def test_check_files_are_never_written_through_a_symlink_the_agent_planted(tmp_path):
+    env = build()
+    item = bundled_tasks()[0]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "workspace"
+    root.mkdir()
+    env._act(root, "write_file", json.dumps({"path": "README.md", "content": "x"}))
+    (root / "tests").symlink_to(outside)
+    result = env._check(root, item)
+    assert list(outside.iterdir()) == [] and result["exit_code"] != 0
+    assert (root / "tests").is_dir() and not (root / "tests").is_symlink()
+
+
+def test_what_the_agent_leaves_in_the_workspace_never_stops_the_run(tmp_path):
+    import os
+
+    env = build()
+    root = tmp_path / "workspace"
+    root.mkdir()
+    os.mkfifo(root / "pipe")  # a FIFO is listed, never read (reading it would hang)
+    env._act(root, "run", json.dumps({"command": "touch $(printf 'bad\\377name')"}))
+    listing, _ = env._act(root, "list_files", "{}")
+    assert "pipe" not in listing and "bad\ufffdname" in listing
+    json.dumps(listing, ensure_ascii=False).encode("utf-8")  # it goes into a request
+    env._act(root, "write_file", json.dumps({"path": "a.py", "content": "x"}))
+    for name, args in (("write_file", {"path": "a.py/b.py", "content": "x"}),
+                       ("write_file", {"path": "x.py", "content": "\ud83d"}),
+                       ("run", {"command": "a\u0000b"}), ("read_file", {"path": "pipe"})):
+        out, invalid = env._act(root, name, json.dumps(args))
+        assert invalid and out.startswith(("error:", "it could not start")), (name, out)
+    out, invalid = env._act(root, "run", json.dumps({"command": "exit 1"}))  # failing tests are no misuse
+    assert out.startswith("exit code 1") and not invalid
+
+
+def test_a_conftest_or_a_config_file_the_agent_adds_cannot_pass_the_check():
+    env = build()
+    item = bundled_tasks()[0]
+    hack = {"conftest.py": "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\n"
+                           "def pytest_runtest_makereport(item, call):\n    outcome = yield\n"
+                           "    outcome.get_result().outcome = 'passed'\n",
+            "pytest.py": "import sys\nsys.exit(0)\n", "pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-x'\n"}
+    assert env.check_solution(item, hack)["exit_code"] != 0
+
+
+def test_the_sandbox_hides_the_drivers_files_and_bounds_output(tmp_path):
+    from pathlib import Path
+
+    import skillstate
+    from skillstate.envs.workspace.sandbox import MAX_OUTPUT
+
+    package = Path(skillstate.__file__).parent
+    seen = run_command(f"cat {package / 'envs' / 'workspace' / 'tasks.py'} | head -3; ls {Path.cwd()} | head -3",
+                       tmp_path, FAST, SANDBOX_ROOT)
+    assert "bundled" not in seen.output and "pyproject.toml" not in seen.output
+    loud = run_command("yes | head -c 30000000; head -c 100000000 /dev/zero > big; ls -l big", tmp_path, FAST,
+                       SANDBOX_ROOT)
+    assert len(loud.output) < MAX_OUTPUT + 200 and "File size limit exceeded" in loud.output
+
+
+def test_a_long_check_keeps_its_last_line_for_the_soft_score():
+    from skillstate.envs.workspace.env import _soft
+    from skillstate.envs.workspace.sandbox import head_and_tail
+
+    assert _soft(head_and_tail("x" * 5000 + '\n{"score": 0.5}', 4000), 0.0) == 0.5
+
+
+def test_a_workspace_item_with_a_file_where_a_directory_goes_is_refused():
+    from pydantic import ValidationError
+
+    from skillstate.envs.workspace.env import WorkspaceItem
+
+    with pytest.raises(ValidationError, match="both a file and the directory"):
+        WorkspaceItem(id="x", instruction="i", check="true", files={"a": "1", "a/b": "2"})
+    with pytest.raises(ValidationError, match="both a file and the directory"):
+        WorkspaceItem(id="x", instruction="i", check="true", files={"a": "1"}, check_files={"a/t.py": "2"})

@@ -22,18 +22,20 @@ import difflib
 import json
 import os
 import re
+import shutil
+import stat
 import sys
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from skillstate.envs.base import Complete, RolloutOutcome
 from skillstate.envs.episode_loop import clip
 from skillstate.envs.tools import ToolEnv, take_reply
-from skillstate.envs.workspace.sandbox import SandboxSettings, check_sandbox, run_command
+from skillstate.envs.workspace.sandbox import SandboxSettings, check_sandbox, head_and_tail, run_command
 from skillstate.errors import UserError
 from skillstate.llm.base import CallResult
 from skillstate.skilltree.paths import check_path
@@ -69,8 +71,25 @@ class WorkspaceItem(BaseModel):
             try:
                 check_path(path)
             except UserError as err:
-                raise ValueError(str(err)) from None
+                raise ValueError(str(err).replace("the skill", "the workspace")) from None
+            if "\x00" in files[path]:
+                raise ValueError(f"{path} holds a NUL character (a workspace holds text files)")
+        _no_file_as_directory(list(files))
         return files
+
+    @model_validator(mode="after")
+    def _checks_fit(self) -> WorkspaceItem:
+        _no_file_as_directory([*self.files, *self.check_files])
+        return self
+
+
+def _no_file_as_directory(paths: list[str]) -> None:
+    known = set(paths)
+    for path in known:
+        parts = path.split("/")
+        for cut in range(1, len(parts)):
+            if "/".join(parts[:cut]) in known:
+                raise ValueError(f"{'/'.join(parts[:cut])!r} is both a file and the directory of {path!r}")
 
 
 class WorkspaceConfig(BaseModel):
@@ -102,13 +121,14 @@ TOOLS: list[dict[str, Any]] = [
 ]
 TOOL_NAMES = {t["function"]["name"] for t in TOOLS}
 
-_TIMING = re.compile(r" in \d+(?:\.\d+)?s\b")
+_TIMING = re.compile(r" in \d+(?:\.\d+)?s\b(?: \(\d+:\d{2}:\d{2}\))?")
 _ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
 
 
 def stable(text: str) -> str:
-    """A command's output with what differs between identical runs masked: pytest's durations, addresses."""
-    return _ADDRESS.sub("0x…", _TIMING.sub("", text))
+    """A command's output with what differs between identical runs masked (pytest's durations, addresses), and
+    without NUL characters (a model's message holds text)."""
+    return _ADDRESS.sub("0x…", _TIMING.sub("", text)).replace("\x00", "")
 
 
 class WorkspaceEnv(ToolEnv):
@@ -236,34 +256,37 @@ class WorkspaceEnv(ToolEnv):
                 return "\n".join(sorted(_snapshot(root))) or "(no files)", False
             if name == "read_file":
                 path = _inside(root, args.get("path"))
-                if not path.is_file():
-                    return f"error: no file {args.get('path')!r}", True
-                text = path.read_text(encoding="utf-8", errors="replace")
+                text = _read_text(path)
+                if text is None:
+                    return f"error: no regular file {args.get('path')!r}", True
                 return clip(text, MAX_FILE_CHARS), False
             if name == "write_file":
                 path, content = _inside(root, args.get("path")), args.get("content")
                 if not isinstance(content, str) or len(content) > MAX_FILE_CHARS or "\x00" in content:
                     return f"error: content must be text of at most {MAX_FILE_CHARS:,} characters", True
-                if path.is_dir():
-                    return f"error: {args.get('path')!r} is a directory", True
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(content, encoding="utf-8")
+                _write_file(root, path.relative_to(root).as_posix(), content, replace=False)
                 return f"wrote {args.get('path')} ({len(content)} characters)", False
             if name == "run":
                 command = args.get("command")
                 if not isinstance(command, str) or not command.strip():
                     return "error: give the command to run", True
                 result = run_command(_with_python(command), root, self.sandbox, SANDBOX_ROOT)
-                return stable(f"{result.summary()}\n{result.output}"), not result.ok
+                return stable(f"{result.summary()}\n{result.output}"), result.exit_code is None and not result.timed_out
             summary = args.get("summary")
             return (summary if isinstance(summary, str) and summary.strip() else "done"), False
         except _Outside as err:
             return f"error: {err}", True
+        except (OSError, ValueError, RuntimeError) as err:  # what a file system the agent shaped can do
+            return f"error: {type(err).__name__}: {getattr(err, 'strerror', None) or err}", True
 
     def _check(self, root: Path, item: dict[str, Any]) -> dict[str, Any]:
         """The check's result on the finished workspace. A check is a function of the files it runs on, so it
         runs once per distinct workspace in this process (many rollouts end in the same one)."""
-        _write_files(root, item.get("check_files") or {})
+        try:
+            _write_files(root, item.get("check_files") or {})
+        except (OSError, ValueError) as err:  # the agent left something in the way of the check's files
+            return {"command": item["check"], "exit_code": None, "timed_out": False,
+                    "result": "the check could not be set up", "output": f"{type(err).__name__}: {err}"}
         key = hash_value([item["check"], _snapshot(root)])
         with self._lock:
             found = self._checks.get(key)
@@ -271,7 +294,7 @@ class WorkspaceEnv(ToolEnv):
             return dict(found)
         result = run_command(_with_python(item["check"]), root, self.sandbox, SANDBOX_ROOT)
         out = {"command": item["check"], "exit_code": result.exit_code, "timed_out": result.timed_out,
-               "result": result.summary(), "output": stable(clip(result.output, 4_000))}
+               "result": result.summary(), "output": stable(head_and_tail(result.output, 4_000))}
         if not result.timed_out:  # a check that ran out of time may pass on a quieter machine
             with self._lock:
                 self._checks[key] = out
@@ -318,32 +341,73 @@ def _inside(root: Path, raw: Any) -> Path:
 
 
 def _write_files(root: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        path = root / check_path(rel)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_symlink():
-            path.unlink()
-        path.write_text(text, encoding="utf-8")
     root.mkdir(parents=True, exist_ok=True)
+    for rel, text in files.items():
+        _write_file(root, check_path(rel), text)
+
+
+def _write_file(root: Path, rel: str, text: str, replace: bool = True) -> None:
+    """Write `rel` under `root` without following a symlink anywhere on the way. With `replace` (the check's
+    files) whatever the agent left in the way (a symlink, a file where a directory goes) is replaced; without
+    (the agent's own writes) it is an error."""
+    here = root
+    parts = rel.split("/")
+    for part in parts[:-1]:
+        here = here / part
+        if here.is_symlink() or (here.exists() and not here.is_dir()):
+            if not replace:
+                raise NotADirectoryError(f"{here.relative_to(root).as_posix()} is not a directory")
+            here.unlink()
+        if not here.exists():
+            here.mkdir()
+    target = here / parts[-1]
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        if not replace:
+            raise IsADirectoryError(f"{rel} is not a regular file")
+        shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink()
+    elif target.exists():
+        target.unlink()
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+
+
+def _read_text(path: Path, limit: int = MAX_FILE_CHARS) -> str | None:
+    """The start of a regular file's text (a FIFO, a device or a symlink is not read); None when it is none."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read(limit + 1).decode("utf-8", errors="replace")
+
+
+def _name(raw: str) -> str:
+    """A file name as text, whatever bytes it was made of."""
+    return raw.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _snapshot(root: Path) -> dict[str, str]:
-    """path -> text of the workspace's files (a symlink as its target, never followed; caches skipped)."""
+    """path -> text of the workspace's regular files, with each symlink (to a file or a directory) as its
+    target, never followed; caches skipped."""
     out: dict[str, str] = {}
     for dirpath, dirs, files in os.walk(root):
+        for name in sorted(dirs):
+            if os.path.islink(os.path.join(dirpath, name)):
+                files.append(name)  # a symlink to a directory: recorded, not walked
         dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not os.path.islink(os.path.join(dirpath, d)))
-        for name in sorted(files):
+        for name in sorted(set(files)):
             path = Path(dirpath) / name
-            rel = path.relative_to(root).as_posix()
+            rel = _name(path.relative_to(root).as_posix())
             if path.is_symlink():
-                out[rel] = f"(a symlink to {os.readlink(path)})"
+                out[rel] = f"(a symlink to {_name(os.readlink(path))})"
                 continue
-            try:
-                data = path.read_bytes()[: MAX_FILE_CHARS + 1]
-            except OSError:
-                continue
-            out[rel] = data.decode("utf-8", errors="replace")
-    return out
+            text = _read_text(path)
+            if text is not None:
+                out[rel] = text
+    return dict(sorted(out.items()))
 
 
 def _diff(before: dict[str, str], after: dict[str, str], limit: int) -> str:

@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from skillstate.errors import ConfigError
 
 MAX_OUTPUT = 20_000  # characters of a command's output kept
 KILL_GRACE = 15.0  # seconds a killed sandbox gets to close its output
+MAX_FILE_BYTES = 64 * 1024 * 1024  # the largest file a command may write (RLIMIT_FSIZE), its output included
 
 
 class SandboxSettings(BaseModel):
@@ -119,8 +121,12 @@ def pids_group(limit: int) -> Path | None:
     group = PIDS_CGROUP / "skillstate" / f"cmd-{os.getpid()}-{time.monotonic_ns()}"
     try:
         group.mkdir(parents=True)
+    except OSError:
+        return None
+    try:
         (group / "pids.max").write_text(str(limit))
     except OSError:
+        _drop_group(group)
         return None
     return group
 
@@ -148,17 +154,45 @@ def _limits(settings: SandboxSettings, before: int, group: Path | None):
             (group / "cgroup.procs").write_text(str(os.getpid()))
         memory = settings.memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
         resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     return apply
 
 
+def hidden_paths() -> list[str]:
+    """What a sandboxed command may not read although the machine is visible: the driver's home and working
+    directories (the run's database, the user's keys) and skillstate's own package (the bundled tasks'
+    reference solutions); the Python that runs skillstate is shown again inside them."""
+    import skillstate
+
+    out = []
+    for raw in (os.path.expanduser("~"), os.getcwd(), os.path.dirname(os.path.dirname(skillstate.__file__))):
+        path = os.path.realpath(raw)
+        if path not in ("/", "/usr", "/tmp", "/bin", "/lib") and path not in out:
+            out.append(path)
+    return out
+
+
+def _shown_again(masked: list[str]) -> list[str]:
+    """The Python installs inside a hidden path, bound back so that `python` still runs."""
+    out = []
+    for prefix in {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(sys.executable))}:
+        if any(prefix == m or prefix.startswith(m + "/") for m in masked) and prefix not in out:
+            out.append(prefix)
+    return sorted(out)
+
+
 def bwrap_argv(workspace: Path, inside: str | None = None) -> list[str]:
-    """bubblewrap's arguments: the machine read-only, a private /tmp, the workspace writable and current (at
-    `inside`, a path under /tmp, when given: the same path in every rollout)."""
+    """bubblewrap's arguments: the machine read-only (less `hidden_paths`), a private /tmp, the workspace
+    writable and current (at `inside`, a path under /tmp, when given: the same path in every rollout)."""
     ws = str(workspace.resolve())
     at = inside or ws
-    return ["bwrap", "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--bind", ws, at, "--dev", "/dev", "--proc", "/proc",
+    masked = [p for p in hidden_paths() if not (ws == p or ws.startswith(p + "/") or p.startswith("/tmp/"))]
+    masks = [arg for p in masked for arg in ("--tmpfs", p)]
+    again = [arg for p in _shown_again([*masked, "/tmp"]) for arg in ("--ro-bind", p, p)]
+    return ["bwrap", "--ro-bind", "/", "/", "--tmpfs", "/tmp", *masks, *again, "--bind", ws, at,
+            "--dev", "/dev", "--proc", "/proc",
             "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--chdir", at,
             "--setenv", "HOME", at, "--setenv", "TMPDIR", "/tmp", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
             "--setenv", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1", "--"]
@@ -182,24 +216,23 @@ def run_command(command: str, workspace: Path, settings: SandboxSettings, inside
 
 def _run(argv: list[str], workspace: Path, env: dict[str, str], settings: SandboxSettings, before: int,
          group: Path | None) -> CommandResult:
-    try:
-        proc = subprocess.Popen(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, preexec_fn=_limits(settings, before, group))
-    except (OSError, subprocess.SubprocessError) as err:
-        return CommandResult(None, f"cannot start: {getattr(err, 'strerror', None) or err}")
-    try:
-        out, _ = proc.communicate(timeout=settings.wall_seconds)
-        return CommandResult(proc.returncode, _clip(out))
-    except subprocess.TimeoutExpired:
-        _kill(proc)
-        try:  # the sandbox's namespace goes with it; a fork storm can take a few seconds to wind down
-            out, _ = proc.communicate(timeout=KILL_GRACE)
+    with tempfile.TemporaryFile() as sink:  # the output goes to a file (RLIMIT_FSIZE bounds it), read head and tail
+        try:
+            proc = subprocess.Popen(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=sink,
+                                    stderr=subprocess.STDOUT, preexec_fn=_limits(settings, before, group))
+        except (OSError, ValueError, subprocess.SubprocessError) as err:  # a NUL in the command, say
+            return CommandResult(None, f"cannot start: {getattr(err, 'strerror', None) or err}")
+        try:
+            proc.wait(timeout=settings.wall_seconds)
         except subprocess.TimeoutExpired:
-            out = b""
-            if proc.stdout is not None:
-                proc.stdout.close()
-        _wait_gone(before + settings.max_processes // 4)  # its processes no longer count against the next command
-        return CommandResult(None, _clip(out), timed_out=True)
+            _kill(proc)
+            try:  # the sandbox's namespace goes with it; a fork storm can take a few seconds to wind down
+                proc.wait(timeout=KILL_GRACE)
+            except subprocess.TimeoutExpired:
+                pass
+            _wait_gone(before + settings.max_processes // 4)  # its processes no longer count against the next
+            return CommandResult(None, _read_clipped(sink), timed_out=True)
+        return CommandResult(proc.returncode, _read_clipped(sink))
 
 
 def _wait_gone(at_most: int) -> None:
@@ -216,9 +249,23 @@ def _kill(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
-def _clip(data: bytes | None) -> str:
-    text = (data or b"").decode("utf-8", errors="replace")
-    if len(text) <= MAX_OUTPUT:
-        return text
+def _read_clipped(sink) -> str:
+    """The head and the tail of what the command wrote, MAX_OUTPUT characters in all."""
+    size = sink.seek(0, os.SEEK_END)
     half = MAX_OUTPUT // 2
-    return text[:half] + f"\n[... {len(text) - MAX_OUTPUT} characters cut ...]\n" + text[-half:]
+    if size <= MAX_OUTPUT:
+        sink.seek(0)
+        return sink.read().decode("utf-8", errors="replace")
+    sink.seek(0)
+    head = sink.read(half).decode("utf-8", errors="replace")
+    sink.seek(size - half)
+    tail = sink.read(half).decode("utf-8", errors="replace")
+    return head + f"\n[... {size - 2 * half} bytes cut ...]\n" + tail
+
+
+def head_and_tail(text: str, limit: int) -> str:
+    """`text`, or its start and its end when it is longer than `limit` (a command's last lines say how it ended)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return text[:half] + f"\n[... {len(text) - 2 * half} characters cut ...]\n" + text[-half:]

@@ -2,7 +2,7 @@
 
 Four kinds of task, eight of each, where knowing the project's ways decides the outcome:
 - `bugfix`: a bug a user reports; the check runs the project's own tests (restored first, so an agent
-  that edits a test to pass it fails);
+  that edits a test to pass it fails; a `conftest.py` or a config file it adds is not read);
 - `money`: a new function of `tally/money.py`; the project keeps amounts as an int number of cents,
   and the check tests exact integer results;
 - `command`: a new command of the `tally` command line; commands are registered with
@@ -130,7 +130,10 @@ BASE = {"tally/__init__.py": INIT, "tally/money.py": MONEY, "tally/ledger.py": L
         "tally/commands.py": COMMANDS, "tests/test_money.py": TEST_MONEY, "tests/test_ledger.py": TEST_LEDGER,
         "README.md": README}
 PROJECT_TESTS = {"tests/test_money.py": TEST_MONEY, "tests/test_ledger.py": TEST_LEDGER}
-PYTEST = "{python} -m pytest -q -p no:cacheprovider"
+# pytest isolated from what the agent may have added: no conftest.py, no config file, no module of the
+# workspace imported before the tests (a pytest.py there would stand in for pytest); `tally` is found through
+# the pythonpath option.
+PYTEST = "{python} -I -m pytest -q -p no:cacheprovider --noconftest -c /dev/null --rootdir . -o pythonpath=\"$PWD\""
 
 # bugfix: (file, the correct line, the buggy line, what the user reports)
 BUGS = [
@@ -243,7 +246,7 @@ def _bugfix(n: int) -> dict[str, Any]:
     return {"id": f"bugfix-{n + 1:02d}", "task_type": "bugfix",
             "instruction": f"A user reports a bug: {report} Find the cause and fix it.",
             "files": {**BASE, path: broken}, "solution": {path: BASE[path]},
-            "check": PYTEST + " tests", "check_files": PROJECT_TESTS}
+            "check": PYTEST + " " + " ".join(sorted(PROJECT_TESTS)), "check_files": PROJECT_TESTS}
 
 
 def _money(n: int) -> dict[str, Any]:
