@@ -247,3 +247,11 @@ def test_a_workspace_item_with_a_file_where_a_directory_goes_is_refused():
         WorkspaceItem(id="x", instruction="i", check="true", files={"a": "1", "a/b": "2"})
     with pytest.raises(ValidationError, match="both a file and the directory"):
         WorkspaceItem(id="x", instruction="i", check="true", files={"a": "1"}, check_files={"a/t.py": "2"})
+
+
+def test_the_workspace_example_config_runs_from_its_own_folder(tmp_path):
+    from conftest import EXAMPLES
+
+    out = call("run", "--config", str(EXAMPLES / "skills" / "workspace.yaml"), "--set", "num_epochs=1",
+               "--db", f"sqlite:///{tmp_path / 'e.db'}")
+    assert "skill triggers" in out and "every file is" in out
