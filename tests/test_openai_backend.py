@@ -132,3 +132,19 @@ def _set_key() -> bool:
 
     os.environ["SK_TEST"] = "k"
     return True
+
+
+def test_the_sim_server_reads_content_parts_and_refuses_bad_messages_in_one_reply(sim_server):
+    """Agent CLIs (Qwen Code among them) send message content as a list of parts."""
+    import openai
+    import pytest
+
+    client = openai.OpenAI(base_url=sim_server.base_url, api_key="k", max_retries=0)
+    question = "Question: What is 2 + 3 × 4?"
+    parts = [{"type": "text", "text": question[:10]}, {"type": "text", "text": question[10:]}]
+    system = {"role": "system", "content": "# s"}
+    reply = client.chat.completions.create(model="m", messages=[system, {"role": "user", "content": parts}])
+    plain = client.chat.completions.create(model="m", messages=[system, {"role": "user", "content": question}])
+    assert reply.choices[0].message.content == plain.choices[0].message.content
+    with pytest.raises(openai.BadRequestError, match="messages must be a list of objects"):
+        client.chat.completions.create(model="m", messages=["not a message"])  # type: ignore[list-item]

@@ -37,6 +37,21 @@ from skillstate.bank.embedding import SimEmbedder
 from skillstate.sim.backend import SimBackend
 
 
+def text_messages(raw: Any) -> list[dict[str, Any]] | None:
+    """The messages with each content as text: a list of content parts (as Qwen Code and the OpenAI clients
+    may send) becomes the text of its text parts, in order; None when `raw` is not a list of objects."""
+    if not isinstance(raw, list) or not all(isinstance(m, dict) for m in raw):
+        return None
+    out = []
+    for message in raw:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(str(part.get("text", "")) for part in content
+                              if isinstance(part, dict) and part.get("type") in ("text", "input_text"))
+        out.append({**message, "content": content})
+    return out
+
+
 def constrained_reply(text: str, response_format: Any) -> str:
     """`text` as a server that constrains the output to a `json_schema` response_format writes it.
 
@@ -259,9 +274,14 @@ class SimServer:
                 if fault is not None:
                     self._misbehave(fault)
                     return
+                messages = text_messages(body.get("messages") or [])
+                if messages is None:
+                    self._send(400, {"error": {"message": "messages must be a list of objects",
+                                               "type": "invalid_request_error"}})
+                    return
                 try:
                     seed = body.get("seed") if isinstance(body.get("seed"), int) else None
-                    role, reply = server.backend.answer(body.get("messages") or [], body.get("tools") or [], seed)
+                    role, reply = server.backend.answer(messages, body.get("tools") or [], seed)
                 except LookupError as err:  # a task this world does not hold: the server plays another env
                     self._send(400, {"error": {"message": str(err), "type": "invalid_request_error"}})
                     return
