@@ -255,3 +255,21 @@ def test_the_workspace_example_config_runs_from_its_own_folder(tmp_path):
     out = call("run", "--config", str(EXAMPLES / "skills" / "workspace.yaml"), "--set", "num_epochs=1",
                "--db", f"sqlite:///{tmp_path / 'e.db'}")
     assert "skill triggers" in out and "every file is" in out
+
+
+def test_a_failed_target_call_is_never_a_success_even_when_the_check_passes():
+    env = build()
+    item = next(i for i in env.items("val") if i["task_type"] == "export")
+    sim = complete_with(env)
+    good = env.default_skill() + "\n" + "\n".join(f"- {r.variants[0]}" for r in RULES.values()) + "\n"
+    turns = []
+
+    def complete(messages, tools=None) -> CallResult:
+        turns.append(1)
+        if any(m["role"] == "tool" and m["content"].startswith("wrote ") for m in messages):  # after the writes
+            return CallResult(CallRef(request_hash="x" * 64, role="target"), error="HTTP 500: server error")
+        return sim(messages, tools)
+
+    outcome = env.rollout(good, item, complete, {})
+    assert outcome.trajectory["check"]["exit_code"] == 0  # the change was right
+    assert outcome.hard == 0.0 and outcome.fail_reason.startswith("rollout_error")

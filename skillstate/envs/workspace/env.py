@@ -225,7 +225,9 @@ class WorkspaceEnv(ToolEnv):
         check = self._check(root, item)
         hard, soft = (1.0, 1.0) if check["exit_code"] == 0 else (0.0, 0.0)
         soft = _soft(check["output"], soft)
-        if hard < 1.0:
+        if reason.startswith("rollout_error"):  # a target call failed: never a success, whatever the check says
+            hard, soft = 0.0, 0.0
+        elif hard < 1.0:
             last = check["output"].strip().splitlines()[-1:] or [""]
             reason = reason or f"check_failed: {check['result']}: {clip(last[0], 200)}"
         elif reason:  # the check passed although the agent never said it was done
