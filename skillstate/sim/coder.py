@@ -99,12 +99,20 @@ class CoderWorld:
               seed: int | None = None) -> tuple[str, list[ToolCall]]:
         from skillstate.envs.disclosure import LOAD_SKILL
 
-        task = next((str(m["content"]) for m in messages if m["role"] == "user"), "").strip()
+        users = [str(m["content"]).strip() for m in messages if m["role"] == "user"]
+        # an agent CLI sends context of its own (the date, the directory) as user messages beside the task
+        task = next((u for u in users if u in self.by_task), users[0] if users else "")
         item = self.by_task.get(task)
         if item is None:
             raise LookupError(f"the sim world of env {self.env.kind!r} has no task {task[:80]!r}; is the sim "
                               "server serving the run's env and env_config?")
-        if any(t.get("function", {}).get("name") == LOAD_SKILL for t in tools):
+        names = {t.get("function", {}).get("name") for t in tools}
+        if "write_file" not in names or "list_files" not in names:  # not skillstate's own agent: an agent CLI
+            from skillstate.sim.shell_coder import shell_reply, shell_tool
+
+            if shell_tool(tools) is not None:
+                return shell_reply(self, item, messages, tools, seed)
+        if LOAD_SKILL in names:
             from skillstate.sim.disclosure import skill_calls
 
             step = skill_calls(messages, item.get("task_type", ""), TRIGGERS)

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from skillstate.envs.base import Complete, RolloutOutcome
 from skillstate.envs.episode_loop import clip
 from skillstate.envs.tools import ToolEnv, take_reply
+from skillstate.envs.workspace.harness import HarnessSettings
 from skillstate.envs.workspace.sandbox import SandboxSettings, check_sandbox, head_and_tail, run_command
 from skillstate.errors import UserError
 from skillstate.llm.base import CallResult
@@ -96,6 +97,7 @@ class WorkspaceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     sandbox: SandboxSettings = SandboxSettings()
+    harness: HarnessSettings = HarnessSettings()
     max_diff_chars: int = Field(20_000, ge=1_000, le=1_000_000,
                                 description="Characters of the agent's diff kept in the trajectory.")
 
@@ -146,10 +148,13 @@ class WorkspaceEnv(ToolEnv):
         cfg = self.config if isinstance(self.config, WorkspaceConfig) else WorkspaceConfig.model_validate(
             self.config.model_dump())
         self.sandbox = cfg.sandbox
+        self.harness = cfg.harness
         self.max_diff_chars = cfg.max_diff_chars
         self._checks: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         check_sandbox(self.sandbox)
+        if self.harness.external:
+            self.harness.executable()  # installed, or a one-line error before the run starts
 
     @classmethod
     def builtin_splits(cls, config: BaseModel, splits: list[str]) -> dict[str, list[dict[str, Any]]] | None:
@@ -175,6 +180,10 @@ class WorkspaceEnv(ToolEnv):
         with tempfile.TemporaryDirectory(prefix="skillstate-ws-") as tmp:
             root = Path(tmp) / "workspace"
             _write_files(root, item["files"])
+            if self.harness.external:
+                from skillstate.envs.workspace.external import external_rollout
+
+                return external_rollout(self, Path(tmp), root, skill, item, complete)
             return self._rollout(root, skill, item, complete, prompts)
 
     def _rollout(self, root: Path, skill: str, item: dict[str, Any], complete: Complete,
@@ -220,18 +229,7 @@ class WorkspaceEnv(ToolEnv):
                 break
         else:
             reason = f"max_turns: the agent did not finish within {limit} calls"
-        changed = _snapshot(root)
-        diff = _diff(item["files"], changed, self.max_diff_chars)
-        check = self._check(root, item)
-        hard, soft = (1.0, 1.0) if check["exit_code"] == 0 else (0.0, 0.0)
-        soft = _soft(check["output"], soft)
-        if reason.startswith("rollout_error"):  # a target call failed: never a success, whatever the check says
-            hard, soft = 0.0, 0.0
-        elif hard < 1.0:
-            last = check["output"].strip().splitlines()[-1:] or [""]
-            reason = reason or f"check_failed: {check['result']}: {clip(last[0], 200)}"
-        elif reason:  # the check passed although the agent never said it was done
-            reason = ""
+        hard, soft, reason, diff, check = self.judge(root, item, reason)
         trajectory = {"kind": "workspace", "item_id": item["id"], "task": item["instruction"], "answer": answer,
                       "success": hard >= 1.0, "fail_reason": reason, "steps": steps, "messages": messages,
                       "diff": diff, "check": check}
@@ -242,6 +240,23 @@ class WorkspaceEnv(ToolEnv):
         return RolloutOutcome(hard=hard, soft=soft, fail_reason=reason, prediction=clip(answer or "", 500),
                               task_type=item.get("task_type", ""), calls=calls, trajectory=trajectory,
                               turns=len(calls), skills_loaded=loaded, files_read=read)
+
+    def judge(self, root: Path, item: dict[str, Any], reason: str) -> tuple[float, float, str, str, dict[str, Any]]:
+        """(hard, soft, fail reason, diff, check) of the finished workspace at `root`. `reason` is how the agent
+        stopped: a failed target call (`rollout_error`) is never a success, whatever the check says; a reason
+        the check contradicts by passing (out of turns, say) is dropped."""
+        diff = _diff(item["files"], _snapshot(root), self.max_diff_chars)
+        check = self._check(root, item)
+        hard, soft = (1.0, 1.0) if check["exit_code"] == 0 else (0.0, 0.0)
+        soft = _soft(check["output"], soft)
+        if reason.startswith("rollout_error"):
+            hard, soft = 0.0, 0.0
+        elif hard < 1.0:
+            last = check["output"].strip().splitlines()[-1:] or [""]
+            reason = reason or f"check_failed: {check['result']}: {clip(last[0], 200)}"
+        elif reason:
+            reason = ""
+        return hard, soft, reason, diff, check
 
     def _act(self, root: Path, name: str, arguments: str) -> tuple[str, bool]:
         """(output, invalid) of one call of the agent's own tools."""

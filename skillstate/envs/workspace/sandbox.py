@@ -183,42 +183,58 @@ def _shown_again(masked: list[str]) -> list[str]:
     return sorted(out)
 
 
-def bwrap_argv(workspace: Path, inside: str | None = None) -> list[str]:
-    """bubblewrap's arguments: the machine read-only (less `hidden_paths`), a private /tmp, the workspace
-    writable and current (at `inside`, a path under /tmp, when given: the same path in every rollout)."""
+def bwrap_argv(workspace: Path, inside: str | None = None, binds: dict[str, str] | None = None,
+               shown: list[str] | None = None, home: str | None = None) -> list[str]:
+    """bubblewrap's arguments: the machine read-only (less `hidden_paths`, with `shown` ones bound back), a
+    private /tmp, the workspace writable and current (at `inside`, a path under /tmp, when given: the same path
+    in every rollout), each of `binds` (host path -> path inside) bound in; HOME is the workspace unless `home`."""
     ws = str(workspace.resolve())
     at = inside or ws
     masked = [p for p in hidden_paths() if not (ws == p or ws.startswith(p + "/") or p.startswith("/tmp/"))]
     masks = [arg for p in masked for arg in ("--tmpfs", p)]
-    again = [arg for p in _shown_again([*masked, "/tmp"]) for arg in ("--ro-bind", p, p)]
-    return ["bwrap", "--ro-bind", "/", "/", "--tmpfs", "/tmp", *masks, *again, "--bind", ws, at,
+    again = [arg for p in [*_shown_again([*masked, "/tmp"]), *(shown or [])] for arg in ("--ro-bind", p, p)]
+    extra = [arg for host, there in (binds or {}).items() for arg in ("--bind", host, there)]
+    return ["bwrap", "--ro-bind", "/", "/", "--tmpfs", "/tmp", *masks, *again, "--bind", ws, at, *extra,
             "--dev", "/dev", "--proc", "/proc",
             "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--chdir", at,
-            "--setenv", "HOME", at, "--setenv", "TMPDIR", "/tmp", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+            "--setenv", "HOME", home or at, "--setenv", "TMPDIR", "/tmp", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
             "--setenv", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1", "--"]
 
 
 def run_command(command: str, workspace: Path, settings: SandboxSettings, inside: str | None = None) -> CommandResult:
     """Run `command` (a shell command line) in `workspace` under the sandbox the settings name. `python` on its
     PATH is the Python that runs skillstate."""
-    shell = ["/bin/sh", "-c", command]
-    argv = [*bwrap_argv(workspace, inside), *shell] if settings.kind == "bwrap" else shell
+    return run_sandboxed(["/bin/sh", "-c", command], workspace, settings, inside)
+
+
+def run_sandboxed(argv: list[str], workspace: Path, settings: SandboxSettings, inside: str | None = None, *,
+                  env: dict[str, str] | None = None, binds: dict[str, str] | None = None,
+                  shown: list[str] | None = None, stdin: str | None = None, wall_seconds: float | None = None,
+                  max_output: int = MAX_OUTPUT) -> CommandResult:
+    """Run `argv` in `workspace` under the sandbox the settings name, with `env` added to its environment and
+    `stdin` as its input; `wall_seconds` and `max_output` replace the settings' time limit and the output kept."""
+    home = (env or {}).get("HOME")
+    full = [*bwrap_argv(workspace, inside, binds, shown, home), *argv] if settings.kind == "bwrap" else argv
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "/usr/bin:/bin")])
-    env = {"PATH": path, "LANG": "C.UTF-8", "HOME": str(workspace), "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # pytest itself, not every plugin installed beside skillstate
+    base = {"PATH": path, "LANG": "C.UTF-8", "HOME": str(workspace), "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # pytest itself, not every plugin installed beside skillstate
+    limits = settings if wall_seconds is None else settings.model_copy(update={"wall_seconds": wall_seconds})
     before = processes_of(os.geteuid())
     group = pids_group(settings.max_processes)
     try:
-        return _run(argv, workspace, env, settings, before, group)
+        return _run(full, workspace, {**base, **(env or {})}, limits, before, group, stdin, max_output)
     finally:
         _drop_group(group)
 
 
 def _run(argv: list[str], workspace: Path, env: dict[str, str], settings: SandboxSettings, before: int,
-         group: Path | None) -> CommandResult:
-    with tempfile.TemporaryFile() as sink:  # the output goes to a file (RLIMIT_FSIZE bounds it), read head and tail
-        try:
-            proc = subprocess.Popen(argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=sink,
+         group: Path | None, stdin: str | None = None, max_output: int = MAX_OUTPUT) -> CommandResult:
+    with tempfile.TemporaryFile() as sink, tempfile.TemporaryFile() as source:
+        source.write((stdin or "").encode())
+        source.seek(0)
+        try:  # the output goes to a file (RLIMIT_FSIZE bounds it), read head and tail
+            proc = subprocess.Popen(argv, cwd=workspace, env=env,
+                                    stdin=source if stdin is not None else subprocess.DEVNULL, stdout=sink,
                                     stderr=subprocess.STDOUT, preexec_fn=_limits(settings, before, group))
         except (OSError, ValueError, subprocess.SubprocessError) as err:  # a NUL in the command, say
             return CommandResult(None, f"cannot start: {getattr(err, 'strerror', None) or err}")
@@ -231,8 +247,8 @@ def _run(argv: list[str], workspace: Path, env: dict[str, str], settings: Sandbo
             except subprocess.TimeoutExpired:
                 pass
             _wait_gone(before + settings.max_processes // 4)  # its processes no longer count against the next
-            return CommandResult(None, _read_clipped(sink), timed_out=True)
-        return CommandResult(proc.returncode, _read_clipped(sink))
+            return CommandResult(None, _read_clipped(sink, max_output), timed_out=True)
+        return CommandResult(proc.returncode, _read_clipped(sink, max_output))
 
 
 def _wait_gone(at_most: int) -> None:
@@ -249,11 +265,11 @@ def _kill(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
-def _read_clipped(sink) -> str:
-    """The head and the tail of what the command wrote, MAX_OUTPUT characters in all."""
+def _read_clipped(sink, limit: int = MAX_OUTPUT) -> str:
+    """The head and the tail of what the command wrote, `limit` characters in all."""
     size = sink.seek(0, os.SEEK_END)
-    half = MAX_OUTPUT // 2
-    if size <= MAX_OUTPUT:
+    half = limit // 2
+    if size <= limit:
         sink.seek(0)
         return sink.read().decode("utf-8", errors="replace")
     sink.seek(0)

@@ -1,0 +1,227 @@
+"""External agents as the target of workspace tasks: Codex, Claude Code, Qwen Code, or any command.
+
+`env_config.harness.kind` selects who acts. `builtin` is skillstate's own coding agent (env.py). Any
+other kind runs an agent program in the rollout's workspace, in the sandbox, for each rollout:
+1. the run's skills are installed where that agent looks for them (`skills_dir`, e.g. `.agents/skills/`),
+   the trained one with its current text beside any distractors;
+2. a journaling proxy (`proxy.server`) is started for the rollout, and the agent is pointed at it, with a
+   placeholder key: each of its model calls becomes one journaled target call of the run;
+3. the agent runs non-interactively with the task, within its own time and memory limits;
+4. its output (an event stream of JSON lines, for the presets) is the trajectory's `events`, and the
+   task's check scores what it left in the workspace (the installed skills removed first).
+
+A preset knows its agent's command line, where it looks for skills, which API it speaks and where it
+keeps its own state (always inside the sandbox's private /tmp, never in the workspace). `command` runs
+any program, with the contract in docs/workspace.md: the task as `{task}` in its arguments (or on
+stdin when none names it), the workspace as its working directory, the skills under `.agents/skills/`,
+and the proxy's URLs in OPENAI_BASE_URL and ANTHROPIC_BASE_URL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from skillstate.errors import ConfigError
+from skillstate.skilltree.paths import check_path
+
+PROXY_PORT = 4141  # where the bridge serves the proxy inside the sandbox's own network namespace
+PROXY_SOCKET = "/tmp/.skillstate-proxy.sock"  # where the proxy's socket is bound inside the sandbox
+MAX_EVENTS = 400  # events of an agent's stream kept in the trajectory (its last ones)
+MAX_EVENT_CHARS = 4_000  # characters of one event kept
+
+
+@dataclass(frozen=True)
+class Preset:
+    """How to run one agent CLI: `argv(executable, task, base_url, model)`, the environment it needs (its
+    own state under `private`, a directory of the sandbox's own), where it looks for skills in a project,
+    and which API it speaks (documentation only: the proxy speaks all three)."""
+
+    executable: str
+    skills_dir: str
+    api: str
+    package: str  # where it comes from (npm), for the error that says it is not installed
+    argv: Callable[[str, str, str, str], list[str]]
+    env: Callable[[str, str], dict[str, str]]  # (base_url, private dir) -> variables
+
+
+def _codex_argv(exe: str, task: str, url: str, model: str) -> list[str]:
+    provider = f'{{name="skillstate",base_url="{url}",env_key="SKILLSTATE_PROXY_KEY",wire_api="responses"}}'
+    return [exe, "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+            "-c", "model_provider=skillstate", "-c", f"model_providers.skillstate={provider}", "-m", model, task]
+
+
+def _claude_argv(exe: str, task: str, url: str, model: str) -> list[str]:
+    return [exe, "-p", task, "--output-format", "stream-json", "--verbose", "--model", model,
+            "--dangerously-skip-permissions"]
+
+
+def _qwen_argv(exe: str, task: str, url: str, model: str) -> list[str]:
+    return [exe, "--auth-type", "openai", "--openai-base-url", url, "-m", model, "-o", "stream-json", "--yolo",
+            "-p", task]
+
+
+PRESETS: dict[str, Preset] = {
+    # The sandbox is skillstate's, so the agent's own (and its approval prompts) are off.
+    "codex": Preset("codex", ".agents/skills", "OpenAI Responses API (streaming)", "@openai/codex", _codex_argv,
+                    lambda url, private: {"CODEX_HOME": f"{private}/codex-home"}),
+    "claude": Preset("claude", ".claude/skills", "Anthropic Messages (streaming)", "@anthropic-ai/claude-code",
+                     _claude_argv,
+                     lambda url, private: {"ANTHROPIC_BASE_URL": url.removesuffix("/v1"),
+                                           "CLAUDE_CONFIG_DIR": f"{private}/claude-home",
+                                           "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
+                                           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}),
+    "qwen": Preset("qwen", ".qwen/skills", "OpenAI chat completions (streaming)", "@qwen-code/qwen-code",
+                   _qwen_argv, lambda url, private: {"HOME": f"{private}/home",
+                                                     "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"}),
+}
+UNSUPPORTED = {
+    "gemini": "Gemini CLI asks Google's Generative Language API, which the proxy does not speak (it speaks OpenAI "
+              "chat completions, the Responses API and Anthropic Messages); run it as kind: command behind a "
+              "translating gateway of your own",
+    "opencode": "no preset yet; OpenCode speaks OpenAI chat completions, so kind: command with an opencode.json "
+                "provider whose baseURL is $OPENAI_BASE_URL runs it",
+}
+
+
+class HarnessSettings(BaseModel):
+    """`env_config.harness` of a workspace environment: who acts on the tasks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["builtin", "command", "codex", "claude", "qwen", "gemini", "opencode"] = Field(
+        "builtin", description="builtin: skillstate's own coding agent; codex, claude, qwen: that CLI (on PATH); "
+                               "command: any program (`command`)")
+    command: list[str] = Field(
+        default_factory=list, description="command: the agent's argv, `{task}` replaced by the task (when no "
+                                          "argument holds it, the task is its stdin); a preset: its executable "
+                                          "(default: the CLI's name on PATH)")
+    skills_dir: str | None = Field(None, description="Where the skills are installed in the workspace (default: "
+                                                     "where the agent looks; .agents/skills for command).")
+    wall_seconds: float = Field(600.0, gt=0, le=24 * 3600, description="Kill the agent after this long (seconds).")
+    memory_mb: int = Field(16_384, ge=256, le=1_048_576,
+                           description="The agent's address space (MB): a Node.js CLI reserves far more than it uses.")
+    model: str = Field("skillstate", description="The model name the agent is given (the proxy answers with the "
+                                                 "run's target model whatever the agent names).")
+    show: list[str] = Field(default_factory=list, description="Directories the sandbox hides (your home, the "
+                                                              "working directory) that the agent needs, read-only: "
+                                                              "where you installed it, say.")
+
+    @field_validator("kind")
+    @classmethod
+    def _supported(cls, kind: str) -> str:
+        if kind in UNSUPPORTED:
+            raise ValueError(f"harness {kind}: {UNSUPPORTED[kind]}")
+        return kind
+
+    @field_validator("skills_dir")
+    @classmethod
+    def _skills_dir(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_path(value)
+        return value
+
+    @field_validator("show")
+    @classmethod
+    def _show(cls, value: list[str]) -> list[str]:
+        for path in value:
+            if not os.path.isabs(path):
+                raise ValueError(f"show: {path!r} is not an absolute path")
+        return value
+
+    @property
+    def external(self) -> bool:
+        return self.kind != "builtin"
+
+    def installs_at(self) -> str:
+        return self.skills_dir or (PRESETS[self.kind].skills_dir if self.kind in PRESETS else ".agents/skills")
+
+    def executable(self) -> str:
+        """The agent program's path on this machine; a one-line ConfigError when it is not installed."""
+        if self.kind == "command":
+            if not self.command:
+                raise ConfigError("env_config.harness.command: give the agent's command (a list of arguments)")
+            name = self.command[0]
+        else:
+            name = self.command[0] if self.command else PRESETS[self.kind].executable
+        found = shutil.which(name)
+        if found is None:
+            hint = f" (npm install -g {PRESETS[self.kind].package})" if self.kind in PRESETS else ""
+            raise ConfigError(f"harness {self.kind}: {name!r} is not an executable on PATH{hint}")
+        return found
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One agent run's argv, environment and stdin."""
+
+    argv: list[str]
+    env: dict[str, str]
+    stdin: str | None
+
+
+def launch(settings: HarnessSettings, task: str, base_url: str, private: str, skills_dir: str) -> Launch:
+    """How to start the agent for `task`, its model at `base_url`, its own state under `private`."""
+    from skillstate.envs.workspace.proxy.server import PLACEHOLDER_KEY
+
+    exe = settings.executable()
+    common = {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": PLACEHOLDER_KEY,
+              "ANTHROPIC_BASE_URL": base_url.removesuffix("/v1"), "ANTHROPIC_API_KEY": PLACEHOLDER_KEY,
+              "SKILLSTATE_PROXY_KEY": PLACEHOLDER_KEY, "SKILLSTATE_MODEL": settings.model,
+              "SKILLSTATE_SKILLS_DIR": skills_dir, "SKILLSTATE_TASK": task, "NO_COLOR": "1", "CI": "1"}
+    if settings.kind == "command":
+        argv = [exe, *settings.command[1:]]
+        named = any("{task}" in a for a in argv[1:])
+        argv = [argv[0], *(a.replace("{task}", task) for a in argv[1:])]
+        return Launch(argv, common, None if named else task)
+    preset = PRESETS[settings.kind]
+    return Launch(preset.argv(exe, task, base_url, settings.model), {**common, **preset.env(base_url, private)}, None)
+
+
+def install_skills(root: Path, skills_dir: str, skills: list[tuple[str, dict[str, str | None]]]) -> Path:
+    """Write each (name, files) skill under `root/skills_dir/name/`; the directory made (removed before the
+    check). A binary file (None) is skipped: the run's log holds it, the agent does not need it."""
+    base = root / check_path(skills_dir)
+    for name, files in skills:
+        for rel, text in files.items():
+            if text is None:
+                continue
+            target = base / check_path(name) / check_path(rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+    return base
+
+
+def read_events(output: str) -> tuple[list[Any], list[str]]:
+    """(events, other lines) of an agent's output: each line that is a JSON value is an event (a JSON array
+    printed whole is its events), the rest is what it said on stderr."""
+    events: list[Any] = []
+    other: list[str] = []
+    for line in output.splitlines():
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            other.append(line)
+            continue
+        events.extend(value if isinstance(value, list) else [value])
+    kept = [_clipped(e) for e in events[-MAX_EVENTS:]]
+    return kept, other[-50:]
+
+
+def _clipped(event: Any) -> Any:
+    text = json.dumps(event)
+    return event if len(text) <= MAX_EVENT_CHARS else {"clipped": text[:MAX_EVENT_CHARS]}
+
+
+def bridge_source() -> str:
+    return (Path(__file__).parent / "bridge.py").read_text(encoding="utf-8")
