@@ -97,8 +97,8 @@ def load_value(text: str) -> Any:
 
 
 def _resolve_paths(data: dict[str, Any], file: Path) -> dict[str, Any]:
-    """`data`, `initial_skill` and the prompt overrides that name a file are
-    relative to the config file's folder: make them absolute."""
+    """`data`, `initial_skill`, the prompt overrides that name a file and the files an agent harness's command
+    names are relative to the config file's folder: make them absolute."""
     folder = Path(os.path.abspath(file)).parent
 
     def absolute(value: Any) -> Any:
@@ -115,6 +115,11 @@ def _resolve_paths(data: dict[str, Any], file: Path) -> dict[str, Any]:
     if isinstance(data.get("prompts"), dict):
         out["prompts"] = {name: absolute(value) if isinstance(value, str) and is_prompt_file(value) else value
                           for name, value in data["prompts"].items()}
+    harness = data.get("env_config", {}).get("harness") if isinstance(data.get("env_config"), dict) else None
+    if isinstance(harness, dict) and isinstance(harness.get("command"), list):  # an agent program beside the config
+        named = [absolute(a) if isinstance(a, str) and (folder / a).is_file() and not os.path.isabs(a) else a
+                 for a in harness["command"]]
+        out["env_config"] = {**data["env_config"], "harness": {**harness, "command": named}}
     return out
 
 

@@ -29,6 +29,7 @@ from skillstate.envs.workspace.harness import (
     install_skills,
     launch,
     read_events,
+    shown_paths,
 )
 from skillstate.envs.workspace.proxy.server import AgentProxy
 from skillstate.envs.workspace.sandbox import run_sandboxed
@@ -100,7 +101,7 @@ def external_rollout(env: Any, tmp: Path, root: Path, skill: str, item: dict[str
             argv = [sys.executable, "-c", bridge_source(), PROXY_SOCKET, str(PROXY_PORT), dirs, "--", *how.argv]
             result = proxy.run_while(lambda: run_sandboxed(
                 argv, root, settings, SANDBOX_ROOT, env=how.env, stdin=how.stdin,
-                binds={str(socket_path): PROXY_SOCKET}, shown=h.show, wall_seconds=h.wall_seconds,
+                binds={str(socket_path): PROXY_SOCKET}, shown=shown_paths(h), wall_seconds=h.wall_seconds,
                 max_output=AGENT_OUTPUT))
         else:
             private = tmp / "private"

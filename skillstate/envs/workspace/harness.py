@@ -177,12 +177,30 @@ def launch(settings: HarnessSettings, task: str, base_url: str, private: str, sk
               "SKILLSTATE_PROXY_KEY": PLACEHOLDER_KEY, "SKILLSTATE_MODEL": settings.model,
               "SKILLSTATE_SKILLS_DIR": skills_dir, "SKILLSTATE_TASK": task, "NO_COLOR": "1", "CI": "1"}
     if settings.kind == "command":
-        argv = [exe, *settings.command[1:]]
-        named = any("{task}" in a for a in argv[1:])
-        argv = [argv[0], *(a.replace("{task}", task) for a in argv[1:])]
-        return Launch(argv, common, None if named else task)
+        args = [_absolute(a) for a in settings.command[1:]]
+        named = any("{task}" in a for a in args)
+        return Launch([exe, *(a.replace("{task}", task) for a in args)], common, None if named else task)
     preset = PRESETS[settings.kind]
     return Launch(preset.argv(exe, task, base_url, settings.model), {**common, **preset.env(base_url, private)}, None)
+
+
+def _absolute(arg: str) -> str:
+    """An argument that names a file here (the agent's script, say) as an absolute path: the agent starts in
+    the workspace, not in the directory the run was started from."""
+    return str(Path(arg).resolve()) if not os.path.isabs(arg) and "{task}" not in arg and Path(arg).is_file() else arg
+
+
+def shown_paths(settings: HarnessSettings) -> list[str]:
+    """What the sandbox shows the agent read-only although it hides it: the config's `show`, the folder of the
+    agent's program and of each file its command names (a script of yours in your project, say)."""
+    out = list(settings.show)
+    named = [settings.executable(), *(_absolute(a) for a in settings.command[1:])]
+    for path in named:
+        if os.path.isabs(path) and os.path.isfile(path):
+            folder = os.path.dirname(os.path.realpath(path))
+            if folder not in out:
+                out.append(folder)
+    return out
 
 
 def install_skills(root: Path, skills_dir: str, skills: list[tuple[str, dict[str, str | None]]]) -> Path:

@@ -1,0 +1,162 @@
+"""External agents as the target of workspace tasks (issue 24, §3): an agent program runs in the sandbox,
+its model calls go through the journaling proxy into the run's journal, and the task's check scores what
+it left. The `command` harness runs examples/agents/shell_agent.py (the `openai` client over the proxy);
+the sim plays its model through the program's own `bash` tool. Codex, a real CLI, is in the slow suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import small_config
+
+from skillstate.envs.workspace.harness import HarnessSettings, read_events
+from skillstate.envs.workspace.tasks import bundled_splits
+from skillstate.errors import ConfigError
+from skillstate.reading.audit import audit
+from skillstate.storage.store import Store
+from skillstate.trainer import Trainer
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (.ci/run installs it)")
+ROOT = Path(__file__).resolve().parents[1]
+AGENT = ROOT / "examples" / "agents" / "shell_agent.py"
+SKILL = ROOT / "examples" / "skills" / "tally-conventions"
+DISTRACTOR = ROOT / "examples" / "skills" / "distractors" / "number-words"
+SECRET = "sk-test-do-not-leak-0123456789abcdef"
+
+
+def tiny_data(folder: Path, per_split: int = 2) -> Path:
+    """The first bundled tasks of each split (one of each kind first), as a data directory."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, items in bundled_splits(["train", "val", "test"]).items():
+        chosen = sorted(items, key=lambda i: (i["task_type"], i["id"]))[::max(1, len(items) // per_split)][:per_split]
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(i) + "\n" for i in chosen))
+    return folder
+
+
+def harness_config(data: Path, command: list[str], wall_seconds: float = 120, **kw):
+    settings = dict(env="workspace", data=str(data), initial_skill=str(SKILL), disclosure="tools",
+                    distractor_skills=[str(DISTRACTOR)], batch_size=2, num_epochs=1, concurrency=2,
+                    env_config={"harness": {"kind": "command", "command": command, "wall_seconds": wall_seconds,
+                                            "show": [str(AGENT.parent)]}})
+    return small_config(**{**settings, **kw})
+
+
+def trajectories(store: Store, run_id: str) -> list[dict]:
+    from skillstate.engine.loading import load_run
+
+    loaded = load_run(store, run_id)
+    out = []
+    for stored in loaded.own:
+        for result in getattr(stored.event, "results", None) or []:
+            if getattr(result, "trajectory", None):
+                out.append(json.loads(store.get_blob(result.trajectory)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def command_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("harness")
+    old = os.environ.get("OPENAI_API_KEY")
+    os.environ["OPENAI_API_KEY"] = SECRET  # the driver's key: it must reach neither the agent nor the log
+    try:
+        store = Store(f"sqlite:///{folder / 'runs.db'}")
+        # the agent prints its whole environment first, so a key that reached it would be in its events
+        command = ["bash", "-c", f"env | sort | sed 's/^/# /'; exec {sys.executable} {AGENT} \"$0\"", "{task}"]
+        Trainer(harness_config(tiny_data(folder / "data"), command), store=store, run_id="h").train()
+    finally:
+        if old is None:
+            os.environ.pop("OPENAI_API_KEY", None)
+        else:
+            os.environ["OPENAI_API_KEY"] = old
+    return store, folder / "runs.db"
+
+
+def test_a_command_agent_completes_a_run_through_the_proxy_and_passes_audit(command_run):
+    store, _path = command_run
+    assert audit(store, "h").ok
+    trajs = trajectories(store, "h")
+    assert trajs and all(t["harness"] == "command" for t in trajs)
+    for t in trajs:
+        assert t["exchanges"] and all(x["api"] == "chat" for x in t["exchanges"])
+        assert any(e.get("type") == "answer" for e in t["events"] if isinstance(e, dict)), t["stderr"]
+        assert ".agents/skills" not in t["diff"]  # the installed skills are gone before the diff and the check
+        assert t["skills_installed"] == ["number-words", "tally-conventions"]
+    # the model saw the catalogue the program built from the installed skills, and read a SKILL.md through it
+    assert any("cat" in s["arguments"] and "SKILL.md" in s["arguments"] for t in trajs for s in t["steps"])
+
+
+def test_each_model_call_of_the_agent_is_one_journaled_target_call(command_run):
+    store, path = command_run
+    trajs = trajectories(store, "h")
+    with sqlite3.connect(path) as db:
+        journaled = db.execute("select count(*) from llm_calls where role = 'target'").fetchone()[0]
+    made = sum(len(t["exchanges"]) for t in trajs)
+    assert made and journaled >= made  # rollouts done ahead that the gate made obsolete are journaled too
+
+
+def test_the_drivers_key_reaches_neither_the_agent_nor_the_log(command_run):
+    _store, path = command_run
+    assert SECRET.encode() not in path.read_bytes()
+    wal = Path(str(path) + "-wal")
+    assert not wal.exists() or SECRET.encode() not in wal.read_bytes()
+    trajs = trajectories(_store, "h")
+    env_lines = [line for t in trajs for line in t["stderr"] if line.startswith("# ")]
+    assert any(line.startswith("# OPENAI_API_KEY=skillstate-proxy") for line in env_lines)
+    assert any(line.startswith("# OPENAI_BASE_URL=http://127.0.0.1:") for line in env_lines)
+
+
+def test_the_agent_reaches_its_model_and_nothing_else(tmp_path):
+    """Under bubblewrap the agent's network is the proxy alone: a server on the driver's loopback is out of reach."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    probe = (f"import socket,sys\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+             f"    print('REACHED')\nexcept OSError as e:\n    print('BLOCKED', e)\n")
+    command = ["bash", "-c", f"{sys.executable} -c \"$1\"; exec {sys.executable} {AGENT} \"$0\"", "{task}", probe]
+    store = Store(f"sqlite:///{tmp_path / 'net.db'}")
+    try:
+        Trainer(harness_config(tiny_data(tmp_path / "data", 1), command, batch_size=1),
+                store=store, run_id="n").train()
+    finally:
+        server.shutdown()
+    trajs = trajectories(store, "n")
+    said = [line for t in trajs for line in t["stderr"]]
+    assert trajs and any(line.startswith("BLOCKED") for line in said) and not any("REACHED" in s for s in said)
+    assert all(t["exchanges"] for t in trajs)  # while the proxy answered
+
+
+def test_an_agent_that_fails_or_hangs_is_a_failed_rollout_not_a_crash(tmp_path):
+    data = tiny_data(tmp_path / "data", 1)
+    for name, command, reason in (
+            ("exit", ["bash", "-c", "echo broken >&2; exit 3"], "harness_failed"),
+            ("hang", ["bash", "-c", "sleep 600"], "harness_timeout")):
+        store = Store(f"sqlite:///{tmp_path / (name + '.db')}")
+        config = harness_config(data, command, wall_seconds=2, batch_size=1)
+        Trainer(config, store=store, run_id=name).train()
+        trajs = trajectories(store, name)
+        assert trajs and all(t["fail_reason"].startswith(reason) and not t["success"] for t in trajs)
+        assert audit(store, name).ok
+
+
+def test_presets_and_settings_refuse_what_cannot_run_in_one_line(monkeypatch):
+    with pytest.raises(ValueError, match="Generative Language API"):
+        HarnessSettings(kind="gemini")
+    with pytest.raises(ConfigError, match="command"):
+        HarnessSettings(kind="command").executable()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ConfigError, match="npm install -g @openai/codex"):
+        HarnessSettings(kind="codex").executable()
+
+
+def test_an_agents_output_is_read_as_events():
+    events, other = read_events('warming up\n{"type": "a"}\n[{"type": "b"}, {"type": "c"}]\n\n')
+    assert events == [{"type": "a"}, {"type": "b"}, {"type": "c"}] and other == ["warming up"]
