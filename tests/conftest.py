@@ -124,6 +124,8 @@ def pytest_configure(config):
                                        f"run only when ${SLOW_ENV} is set (.ci/run sets it)")
     config.addinivalue_line("markers", "ray: executor ray on a local Ray cluster (the ray extra); run only when "
                                        f"${SLOW_ENV} is set (.ci/run sets it)")
+    config.addinivalue_line("markers", "agentcli: a real agent CLI from npm (.ci/run installs it at a pinned "
+                                       f"version); run only when ${SLOW_ENV} is set")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -131,7 +133,7 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason=f"slow suite: set {SLOW_ENV}=1 to run it (.ci/run does)")
     for item in items:
-        if any(mark in item.keywords for mark in ("slow", "textworlds", "browser", "ray")):
+        if any(mark in item.keywords for mark in ("slow", "textworlds", "browser", "ray", "agentcli")):
             item.add_marker(skip)
 
 
