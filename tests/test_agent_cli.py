@@ -68,7 +68,8 @@ def test_codex_trains_through_the_proxy_against_the_sim_server_and_passes_audit(
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, server.stderr.read() if server.stderr else ""
+                said = server.stderr.read() if server.poll() is not None and server.stderr else ""
+                assert not said and time.monotonic() < deadline, said
                 time.sleep(0.2)
         db = f"sqlite:///{tmp_path / 'runs.db'}"
         done = skillstate("run", "--config", str(path), "--db", db, env=env, cwd=tmp_path, timeout=1500)
