@@ -471,9 +471,7 @@ def messages_agent(p: AgentProxy) -> None:
 
 @pytest.mark.parametrize("agent", [
     chat_agent,
-    pytest.param(responses_agent, marks=pytest.mark.xfail(
-        strict=True, reason="the Responses reader puts a function_call item that follows an assistant message "
-                            "in an assistant message of its own: the model's one reply comes back as two")),
+    responses_agent,
     messages_agent,
 ], ids=["chat", "responses", "messages"])
 def test_a_reply_sent_back_is_the_conversation_so_far(agent):
@@ -746,9 +744,6 @@ def test_a_request_after_the_agent_stopped_is_refused():
     assert model.asked == [] and proxy.calls == []
 
 
-@pytest.mark.xfail(strict=True, reason="a request body the readers fail on with other than BadRequest (here "
-                                       "`tools: 5`) escapes `answer`: run_while raises it and the request is "
-                                       "never answered")
 def test_a_malformed_request_is_a_400_not_a_crash():
     """A request whose fields have the wrong types (tools a number) is answered 400 like any other bad request;
     it does not stop the rollout."""
@@ -763,6 +758,19 @@ def test_a_malformed_request_is_a_400_not_a_crash():
 
     _, code = serve(model, agent)
     assert code == 400 and model.asked == []
+
+
+def test_a_chunked_request_body_is_read():
+    """A body sent with Transfer-Encoding: chunked (no Content-Length) is read whole, not as empty."""
+    model = Model(reply("chunked"))
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+
+    def agent(p: AgentProxy) -> int:
+        return httpx.post(p.base_url + "/chat/completions", content=iter([body[:10], body[10:]]),
+                          headers={"Content-Type": "application/json"}, timeout=10).status_code
+
+    _, code = serve(model, agent)
+    assert code == 200 and len(model.asked) == 1
 
 
 # -- Unix socket ------------------------------------------------------------------------------------------

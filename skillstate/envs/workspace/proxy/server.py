@@ -158,6 +158,8 @@ class AgentProxy:
             parsed: Parsed = READERS[api](body)
         except BadRequest as err:
             return 400, error_body(api, str(err))
+        except (TypeError, AttributeError, KeyError, ValueError) as err:  # a field of the wrong shape
+            return 400, error_body(api, f"the request is not one this API takes ({type(err).__name__}: {err})")
         if self.raised is not None:  # the run is stopping: no more calls
             return 400, error_body(api, "the run stopped taking calls", "api_error")
         try:
@@ -213,12 +215,12 @@ class AgentProxy:
                 if api is None:
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
                     return
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_BODY:
+                raw = self._body()
+                if raw is None:
                     self._json(413, error_body(api, "request too large"))
                     return
                 try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
+                    body = json.loads(raw or b"{}")
                 except (ValueError, RecursionError):
                     self._json(400, error_body(api, "the body is not JSON"))
                     return
@@ -236,11 +238,33 @@ class AgentProxy:
                 self.wfile.flush()
                 self.close_connection = True
 
+            def _body(self) -> bytes | None:
+                """The request's body, sent with a Content-Length or chunked; None past MAX_BODY."""
+                if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                    parts: list[bytes] = []
+                    size = 0
+                    while True:
+                        line = self.rfile.readline(1024)
+                        try:
+                            n = int(line.split(b";")[0].strip() or b"0", 16)
+                        except ValueError:
+                            return b""
+                        if n == 0:
+                            while self.rfile.readline(1024).strip():  # trailers
+                                pass
+                            return b"".join(parts)
+                        size += n
+                        if size > MAX_BODY:
+                            return None
+                        parts.append(self.rfile.read(n))
+                        self.rfile.readline(8)  # the CRLF after the chunk
+                length = int(self.headers.get("Content-Length") or 0)
+                return None if length > MAX_BODY else self.rfile.read(length)
+
             def _count_tokens(self) -> None:
                 """Claude Code asks how long a prompt is: a word count is the estimate (no model call)."""
-                length = int(self.headers.get("Content-Length") or 0)
                 try:
-                    body = json.loads(self.rfile.read(min(length, MAX_BODY)) or b"{}")
+                    body = json.loads(self._body() or b"{}")
                 except (ValueError, RecursionError):
                     body = {}
                 self._json(200, {"input_tokens": len(json.dumps(body).split())})
