@@ -17,7 +17,7 @@ import pytest
 import yaml
 from test_harness import DISTRACTOR, SKILL, tiny_data, trajectories
 
-from skillstate.reading.audit import audit
+from skillstate.reading.audit import audit, verify
 from skillstate.storage.store import Store
 
 pytestmark = [pytest.mark.agentcli,
@@ -80,6 +80,8 @@ def test_codex_trains_through_the_proxy_against_the_sim_server_and_passes_audit(
         server.wait(timeout=30)
     store = Store(db)
     assert audit(store, run_id).ok
+    report = verify(store, run_id)  # the rollouts checked from the log (Codex's requests cannot be re-served)
+    assert report.ok and report.checked == report.total, report.divergence
     trajs = trajectories(store, run_id)
     assert trajs and all(t["harness"] == "codex" for t in trajs)
     for t in trajs:

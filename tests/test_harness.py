@@ -18,7 +18,7 @@ from conftest import small_config
 from skillstate.envs.workspace.harness import HarnessSettings, read_events
 from skillstate.envs.workspace.tasks import bundled_splits
 from skillstate.errors import ConfigError
-from skillstate.reading.audit import audit
+from skillstate.reading.audit import audit, verify
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
@@ -111,6 +111,46 @@ def test_the_drivers_key_reaches_neither_the_agent_nor_the_log(command_run):
     assert any(line.startswith("# OPENAI_BASE_URL=http://127.0.0.1:") for line in env_lines)
 
 
+def test_verify_checks_the_recorded_rollouts_and_never_reruns_the_agent(command_run, monkeypatch):
+    """An external agent's rollouts are taken from the log and checked (the check run again on the recorded
+    final workspace); the rest of the run is re-executed from the journal. The agent never runs."""
+    from skillstate.envs.workspace import external
+
+    def no_agent(*args, **kwargs):
+        raise AssertionError("verification ran the agent")
+
+    monkeypatch.setattr(external, "external_rollout", no_agent)
+    store, _path = command_run
+    report = verify(store, "h")
+    assert report.ok and report.checked == report.total
+
+
+def test_a_recorded_workspace_the_check_disagrees_with_is_found(command_run):
+    import copy
+    from types import SimpleNamespace
+
+    from skillstate.envs.registry import env_settings, resolve_env
+    from skillstate.envs.workspace.env import _diff
+
+    store, _path = command_run
+    cls = resolve_env("workspace")
+    env = cls({"train": [], "val": [], "test": []},
+              env_settings(cls, {"harness": {"kind": "command", "command": [sys.executable, str(AGENT)]}}, "workspace"))
+    items = {i["id"]: i for split in bundled_splits(["train", "val", "test"]).values() for i in split}
+    trajectory = trajectories(store, "h")[0]
+    item = items[trajectory["item_id"]]
+    recorded = SimpleNamespace(calls=[None] * len(trajectory["exchanges"]), fail_reason=trajectory["fail_reason"],
+                               hard=1.0 if trajectory["success"] else 0.0)
+    assert env.check_recorded(item, trajectory, recorded) is None
+    changed = copy.deepcopy(trajectory)  # the other outcome's workspace, with its own diff: the check disagrees
+    changed["final_files"] = {} if trajectory["success"] else dict(item["solution"])
+    changed["diff"] = _diff(item["files"], {**item["files"], **changed["final_files"]}, env.max_diff_chars)
+    assert "the check now gives" in env.check_recorded(item, changed, recorded)
+    changed["diff"] = "--- something else"
+    assert "diff" in env.check_recorded(item, changed, recorded)
+    assert "model calls" in env.check_recorded(item, trajectory, SimpleNamespace(**{**vars(recorded), "calls": []}))
+
+
 def test_the_agent_reaches_its_model_and_nothing_else(tmp_path):
     """Under bubblewrap the agent's network is the proxy alone: a server on the driver's loopback is out of reach."""
     import http.server
@@ -145,6 +185,34 @@ def test_an_agent_that_fails_or_hangs_is_a_failed_rollout_not_a_crash(tmp_path):
         trajs = trajectories(store, name)
         assert trajs and all(t["fail_reason"].startswith(reason) and not t["success"] for t in trajs)
         assert audit(store, name).ok
+
+
+def test_a_crash_in_a_harness_rollout_resumes_to_a_completed_run_with_each_paid_call_counted_once(tmp_path):
+    """kill -9 while an agent waits for its third model call: the calls journaled before the crash stay counted,
+    the resumed run re-runs the unfinished rollouts (served from the journal where a request is the same), and
+    completes; it passes audit and verification, and no request was sent twice."""
+    import yaml
+    from run_helpers import call, kill_at_pause, start_driver
+
+    config = harness_config(tiny_data(tmp_path / "data", 1), [sys.executable, str(AGENT), "{task}"], batch_size=1)
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json", exclude_defaults=True)))
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    proc = start_driver(tmp_path, "crash", ["run", "--config", str(path), "--db", db], SWEEP_PAUSE_CALLS="3")
+    assert kill_at_pause(tmp_path, "crash", proc) == "calls 3"
+    with sqlite3.connect(tmp_path / "runs.db") as conn:
+        (run_id,) = conn.execute("select run_id from runs").fetchone()
+        paid_at_crash = conn.execute("select count(*) from llm_calls").fetchone()[0]
+        assert conn.execute("select count(*) from events where type = 'BaselineEvaluated'").fetchone()[0] == 0
+    assert paid_at_crash >= 3
+    call("resume", run_id, "--db", db)
+    store = Store(db)
+    assert audit(store, run_id).ok and verify(store, run_id).ok
+    summary = json.loads(call("show", run_id, "--json", "--db", db))
+    with sqlite3.connect(tmp_path / "runs.db") as conn:
+        rows, distinct = conn.execute("select count(*), count(distinct request_hash) from llm_calls").fetchone()
+    assert rows == distinct and rows >= paid_at_crash  # nothing sent twice; what was paid before the crash kept
+    assert summary["status"] == "completed"
 
 
 def test_presets_and_settings_refuse_what_cannot_run_in_one_line(monkeypatch):

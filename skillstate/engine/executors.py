@@ -35,7 +35,12 @@ def check_executor(config: Any, connect: bool = False) -> None:
 
 
 def make_executor(ctx: RunContext, splits: dict[str, list[dict[str, Any]]]) -> Executor:
-    """The executor the run's config names (verification always re-executes on threads: it sends nothing)."""
+    """The executor the run's config names (verification always re-executes on threads: it sends nothing; the
+    rollouts of an external agent, which cannot be re-executed, it takes from the log and checks)."""
+    if ctx.verifying and not getattr(ctx.env, "replays_agent", True):
+        from skillstate.engine.recorded import RecordedExecutor
+
+        return RecordedExecutor(ctx)
     if ctx.config.executor == "threads" or ctx.verifying:
         return ThreadsExecutor()
     check_executor(ctx.config)

@@ -162,6 +162,18 @@ class WorkspaceEnv(ToolEnv):
 
         return bundled_splits(splits)
 
+    @property
+    def replays_agent(self) -> bool:
+        """Whether verification can re-execute a rollout against the journal: the built-in agent's requests are
+        a function of the run; an external agent's are not (`engine.recorded`)."""
+        return not self.harness.external
+
+    def check_recorded(self, item: dict[str, Any], trajectory: Any, result: Any) -> str | None:
+        """What does not hold in a recorded rollout of an external agent (None when it all does)."""
+        from skillstate.envs.workspace.external import check_recorded
+
+        return check_recorded(self, item, trajectory, result)
+
     def default_skill(self) -> str:
         return DEFAULT_SKILL
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +142,32 @@ def external_rollout(env: Any, tmp: Path, root: Path, skill: str, item: dict[str
     return RolloutOutcome(hard=hard, soft=soft, fail_reason=reason, prediction=clip(str(answer or ""), 500),
                           task_type=item.get("task_type", ""), calls=list(proxy.calls), trajectory=trajectory,
                           turns=len(proxy.calls))
+
+
+def check_recorded(env: Any, item: dict[str, Any], trajectory: Any, result: Any) -> str | None:
+    """What does not hold in a recorded harness rollout (verification; None when it all does): the trajectory
+    must be this item's, with one proxy exchange per recorded call; the final workspace it records (the
+    starting files, the changed ones written over them, the removed ones gone) must give the recorded diff,
+    and the task's check, run again on it, the recorded result and score."""
+    from skillstate.envs.workspace.env import _diff, _write_files
+
+    if not isinstance(trajectory, dict) or trajectory.get("item_id") != item["id"] or "final_files" not in trajectory:
+        return "its trajectory is not a harness rollout of this item"
+    if len(trajectory.get("exchanges") or []) != len(result.calls):
+        return (f"its trajectory records {len(trajectory.get('exchanges') or [])} model calls, its event "
+                f"{len(result.calls)}")
+    files = {p: t for p, t in item["files"].items() if p not in set(trajectory.get("removed_files") or [])}
+    files.update(trajectory["final_files"])
+    if _diff(item["files"], files, env.max_diff_chars) != trajectory.get("diff"):
+        return "its diff is not that of the final workspace it records"
+    with tempfile.TemporaryDirectory(prefix="skillstate-verify-") as tmp:
+        root = Path(tmp) / "workspace"
+        _write_files(root, files)
+        check = env._check(root, item)
+    recorded = trajectory.get("check") or {}
+    if check["exit_code"] != recorded.get("exit_code"):
+        return f"the check now gives {check['result']}, the log {recorded.get('result')}"
+    passed = check["exit_code"] == 0 and not str(result.fail_reason).startswith("rollout_error")
+    if passed != (result.hard >= 1.0):
+        return f"the check {'passes' if passed else 'fails'} but the event scores it {result.hard:g}"
+    return None
