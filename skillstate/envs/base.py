@@ -143,6 +143,15 @@ class SkillEnv:
     kind = "base"
     item_model: ClassVar[type[BaseModel]] = Item
     config_model: ClassVar[type[BaseModel]] = NoConfig
+    @property
+    def replays_agent(self) -> bool:
+        """Whether verification re-executes a rollout against the journal. An environment whose target's
+        requests are not a function of the run (an external agent) says False, and checks recorded rollouts."""
+        return True
+
+    def check_recorded(self, item: dict[str, Any], trajectory: Any, result: Any) -> str | None:
+        """What does not hold in a recorded rollout (verification, when `replays_agent` is False)."""
+        return "this environment's rollouts are re-executed, not checked from the log"
 
     def __init__(self, splits: dict[str, list[dict[str, Any]]], config: BaseModel | None = None):
         self.splits = splits
