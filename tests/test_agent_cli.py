@@ -87,7 +87,7 @@ def test_codex_trains_through_the_proxy_against_the_sim_server_and_passes_audit(
     for t in trajs:
         assert t["exchanges"] and all(x["api"] == "responses" and x["stream"] for x in t["exchanges"])
         kinds = {e.get("type") for e in t["events"] if isinstance(e, dict)}
-        assert {"thread.started", "turn.completed"} <= kinds, t["stderr"][-5:]
+        assert {"thread.started", "turn.completed"} <= kinds, t["log"][-5:]
     # Codex ran the sim's commands with its own tool, and the sim read the installed skills through them
     commands = [json.loads(s["arguments"]).get("cmd", "") for t in trajs for s in t["steps"]]
     assert any("SKILL.md" in c for c in commands)

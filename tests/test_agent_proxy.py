@@ -88,12 +88,12 @@ def serve(complete: Callable[..., CallResult], agent: Callable[[AgentProxy], Any
 
 
 def openai_client(proxy: AgentProxy) -> openai.OpenAI:
-    return openai.OpenAI(base_url=proxy.base_url, api_key="x", max_retries=0, timeout=TIMEOUT)
+    return openai.OpenAI(base_url=proxy.base_url, api_key=proxy.key, max_retries=0, timeout=TIMEOUT)
 
 
 def anthropic_client(proxy: AgentProxy) -> anthropic.Anthropic:
     """The Anthropic client adds /v1 itself."""
-    return anthropic.Anthropic(base_url=proxy.base_url.removesuffix("/v1"), api_key="x", max_retries=0,
+    return anthropic.Anthropic(base_url=proxy.base_url.removesuffix("/v1"), api_key=proxy.key, max_retries=0,
                                timeout=TIMEOUT)
 
 
@@ -101,8 +101,14 @@ def post(proxy: AgentProxy, path: str, body: Any = None, content: bytes | None =
     """A raw POST to the proxy: `body` as JSON, or `content` as it is."""
     url = proxy.base_url.removesuffix("/v1") + path
     if content is not None:
-        return httpx.post(url, content=content, headers={"Content-Type": "application/json"}, timeout=TIMEOUT)
-    return httpx.post(url, json=body, timeout=TIMEOUT)
+        return httpx.post(url, content=content, headers={"Content-Type": "application/json", **auth(proxy)},
+                          timeout=TIMEOUT)
+    return httpx.post(url, json=body, headers=auth(proxy), timeout=TIMEOUT)
+
+
+def auth(proxy: AgentProxy) -> dict[str, str]:
+    """The rollout's key, as an agent sends it."""
+    return {"Authorization": f"Bearer {proxy.key}"}
 
 
 def sse(text: str) -> list[tuple[str | None, Any]]:
@@ -663,8 +669,8 @@ def test_an_unknown_path_is_a_404():
 
     def agent(p: AgentProxy) -> tuple[int, int]:
         root = p.base_url.removesuffix("/v1")
-        return (httpx.post(root + "/v1/embeddings", json={"input": "x"}, timeout=TIMEOUT).status_code,
-                httpx.get(root + "/v1/nothing", timeout=TIMEOUT).status_code)
+        return (httpx.post(root + "/v1/embeddings", json={"input": "x"}, headers=auth(p), timeout=TIMEOUT).status_code,
+                httpx.get(root + "/v1/nothing", headers=auth(p), timeout=TIMEOUT).status_code)
 
     _, codes = serve(model, agent)
     assert codes == (404, 404) and model.asked == []
@@ -760,6 +766,62 @@ def test_a_malformed_request_is_a_400_not_a_crash():
     assert code == 400 and model.asked == []
 
 
+def test_a_request_without_the_rollouts_key_is_refused():
+    """Only the rollout's agent holds its key: another local process gets a 401, and no call is made."""
+    model = Model(reply("never"))
+
+    def agent(p: AgentProxy) -> tuple[int, int]:
+        url = p.base_url + "/chat/completions"
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+        return (httpx.post(url, json=body, timeout=TIMEOUT).status_code,
+                httpx.post(url, json=body, headers={"Authorization": "Bearer skillstate-proxy-guess"},
+                           timeout=TIMEOUT).status_code)
+
+    _, codes = serve(model, agent)
+    assert codes == (401, 401) and model.asked == []
+
+
+@pytest.mark.parametrize("length", ["-1", "abc"])
+def test_a_length_that_is_not_a_size_reads_no_body(length):
+    """A negative or unreadable Content-Length is not read to the end of the connection: the body is empty."""
+    model = Model(reply("never"))
+
+    def agent(p: AgentProxy) -> int:
+        import socket
+
+        host, port = p.base_url.removeprefix("http://").removesuffix("/v1").split(":")
+        with socket.create_connection((host, int(port)), timeout=TIMEOUT) as conn:
+            conn.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {p.key}\r\n"
+                         f"Content-Length: {length}\r\n\r\n".encode())
+            return int(conn.recv(4096).split(b" ")[1])
+
+    _, code = serve(model, agent)
+    assert code == 400 and model.asked == []
+
+
+def test_what_is_still_queued_when_the_agent_is_gone_is_not_sent():
+    """Requests left in the queue when the agent has exited are answered 400 and never sent as calls."""
+    import threading
+
+    model = Model(*[reply("x")] * 5)
+    with AgentProxy(model) as proxy:
+        sent = threading.Event()
+
+        def late() -> None:
+            sent.set()
+            try:
+                post(proxy, "/v1/chat/completions", {"messages": [{"role": "user", "content": "late"}]})
+            except httpx.HTTPError:  # the proxy closed under it: what an agent that exited would never see
+                pass
+
+        def agent() -> None:  # an agent that fires a request on a thread of its own and exits at once
+            threading.Thread(target=late, daemon=True).start()
+            sent.wait()
+
+        proxy.run_while(agent)
+    assert len(model.asked) <= 1  # at most the one that was already being answered as the agent exited
+
+
 def test_a_chunked_request_body_is_read():
     """A body sent with Transfer-Encoding: chunked (no Content-Length) is read whole, not as empty."""
     model = Model(reply("chunked"))
@@ -767,7 +829,7 @@ def test_a_chunked_request_body_is_read():
 
     def agent(p: AgentProxy) -> int:
         return httpx.post(p.base_url + "/chat/completions", content=iter([body[:10], body[10:]]),
-                          headers={"Content-Type": "application/json"}, timeout=10).status_code
+                          headers={"Content-Type": "application/json", **auth(p)}, timeout=10).status_code
 
     _, code = serve(model, agent)
     assert code == 200 and len(model.asked) == 1
@@ -781,12 +843,12 @@ def test_the_proxy_serves_a_unix_socket(tmp_path):
     path = tmp_path / "p.sock"
     model = Model(reply("over the socket"))
 
-    def agent() -> httpx.Response:
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), timeout=TIMEOUT) as client:
-            return client.post("http://proxy/v1/chat/completions",
-                               json={"model": "any", "messages": [{"role": "user", "content": "hi"}]})
-
     with AgentProxy(model, unix_path=path) as proxy:
+        def agent() -> httpx.Response:
+            with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), timeout=TIMEOUT) as client:
+                return client.post("http://proxy/v1/chat/completions", headers=auth(proxy),
+                                   json={"model": "any", "messages": [{"role": "user", "content": "hi"}]})
+
         assert path.exists()
         response = proxy.run_while(agent)
     assert response.status_code == 200

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -84,8 +86,9 @@ def test_a_command_agent_completes_a_run_through_the_proxy_and_passes_audit(comm
     assert trajs and all(t["harness"] == "command" for t in trajs)
     for t in trajs:
         assert t["exchanges"] and all(x["api"] == "chat" for x in t["exchanges"])
-        assert any(e.get("type") == "answer" for e in t["events"] if isinstance(e, dict)), t["stderr"]
+        assert any(e.get("type") == "answer" for e in t["events"] if isinstance(e, dict)), t["log"]
         assert ".agents/skills" not in t["diff"]  # the installed skills are gone before the diff and the check
+        assert not any(p.startswith(".agents/") for p in t["final_files"])
         assert t["skills_installed"] == ["number-words", "tally-conventions"]
     # the model saw the catalogue the program built from the installed skills, and read a SKILL.md through it
     assert any("cat" in s["arguments"] and "SKILL.md" in s["arguments"] for t in trajs for s in t["steps"])
@@ -106,8 +109,9 @@ def test_the_drivers_key_reaches_neither_the_agent_nor_the_log(command_run):
     wal = Path(str(path) + "-wal")
     assert not wal.exists() or SECRET.encode() not in wal.read_bytes()
     trajs = trajectories(_store, "h")
-    env_lines = [line for t in trajs for line in t["stderr"] if line.startswith("# ")]
-    assert any(line.startswith("# OPENAI_API_KEY=skillstate-proxy") for line in env_lines)
+    env_lines = [line for t in trajs for line in t["log"] if line.startswith("# ")]
+    assert any(line.startswith("# OPENAI_API_KEY=skillstate-proxy-") for line in env_lines)
+    assert any(line.startswith("# HOME=/tmp/home") for line in env_lines)  # its own state is not in the workspace
     assert any(line.startswith("# OPENAI_BASE_URL=http://127.0.0.1:") for line in env_lines)
 
 
@@ -169,7 +173,7 @@ def test_the_agent_reaches_its_model_and_nothing_else(tmp_path):
     finally:
         server.shutdown()
     trajs = trajectories(store, "n")
-    said = [line for t in trajs for line in t["stderr"]]
+    said = [line for t in trajs for line in t["log"]]
     assert trajs and any(line.startswith("BLOCKED") for line in said) and not any("REACHED" in s for s in said)
     assert all(t["exchanges"] for t in trajs)  # while the proxy answered
 
@@ -215,9 +219,101 @@ def test_a_crash_in_a_harness_rollout_resumes_to_a_completed_run_with_each_paid_
     assert summary["status"] == "completed"
 
 
+def workspace_env(command: list[str], **harness):
+    from skillstate.envs.registry import env_settings, resolve_env
+
+    cls = resolve_env("workspace")
+    splits = bundled_splits(["train", "val", "test"])
+    return cls(splits, env_settings(cls, {"harness": {"kind": "command", "command": command, **harness}},
+                                    "workspace"))
+
+
+POSTS_THEN_SLEEPS = """import json, os, time, urllib.request
+request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+    data=json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode(),
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+try:
+    urllib.request.urlopen(request, timeout=30)
+except Exception as err:
+    print("refused", err)
+time.sleep(60)
+"""
+
+
+def test_when_the_run_stops_taking_calls_the_agent_is_stopped_at_once():
+    """A call that raises (the run's budget ran out) stops the agent at once, not at its time limit, and the
+    error reaches the rollout."""
+    import time
+
+    env = workspace_env([sys.executable, "-c", POSTS_THEN_SLEEPS], wall_seconds=300)
+    item = bundled_splits(["train"])["train"][0]
+
+    def complete(messages, tools=None):
+        raise RuntimeError("the run's budget ran out")
+
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="budget"):
+        env.rollout(env.default_skill(), item, complete, {})
+    assert time.monotonic() - start < 30
+
+
+def test_an_agent_that_does_the_work_but_crashes_has_not_succeeded():
+    """A check that passes does not make a crashed or timed-out agent's rollout a success."""
+    env = workspace_env([sys.executable, "-c", "pass"])
+    item = bundled_splits(["train"])["train"][0]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "workspace"
+        root.mkdir()
+        for path, text in {**item["files"], **item["solution"]}.items():
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text)
+        assert env.judge(root, item, "")[0] == 1.0
+        for reason in ("harness_failed: exit code 3", "harness_timeout: the agent ran past 2 s"):
+            hard, _soft, kept, _diff, _check = env.judge(root, item, reason)
+            assert hard == 0.0 and kept == reason
+
+
+def test_removing_the_installed_skills_follows_no_symlink_the_agent_planted(tmp_path):
+    from skillstate.envs.workspace.external import _remove_installed
+
+    outside = tmp_path / "outside" / "skills" / "tally-conventions"
+    outside.mkdir(parents=True)
+    (outside / "precious.txt").write_text("keep me")
+    root = tmp_path / "workspace"
+    root.mkdir()
+    (root / ".agents").symlink_to(tmp_path / "outside")  # the agent replaced .agents with a link out
+    _remove_installed(root, ".agents/skills", ["tally-conventions"], {"files": {}})
+    assert (outside / "precious.txt").read_text() == "keep me"
+    (root / ".agents").unlink()
+    own = {".agents/skills/tally-conventions/SKILL.md": "the project's own"}
+    (root / ".agents" / "skills" / "tally-conventions").mkdir(parents=True)
+    (root / ".agents" / "skills" / "tally-conventions" / "SKILL.md").write_text("installed")
+    _remove_installed(root, ".agents/skills", ["tally-conventions"], {"files": own})
+    assert (root / ".agents/skills/tally-conventions/SKILL.md").read_text() == "the project's own"
+
+
+def test_the_sandbox_hides_the_machines_unix_sockets(tmp_path):
+    """A read-only file system does not stop a connect: the folders of the machine's listening sockets (a
+    database's) are hidden from the sandbox."""
+    from skillstate.envs.workspace.sandbox import SandboxSettings, run_command
+
+    with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
+        sockets = sorted({parts[7] for parts in (line.split() for line in f.read().splitlines()[1:])
+                          if len(parts) > 7 and parts[7].startswith("/") and not parts[7].startswith("/tmp/")})
+    if not sockets:
+        pytest.skip("no listening Unix socket on this machine")
+    probe = ("import socket, sys\nfor path in sys.argv[1:]:\n    s = socket.socket(socket.AF_UNIX)\n    try:\n"
+             "        s.connect(path); print('CONNECTED', path)\n    except OSError as e:\n        print('NO', e)\n")
+    result = run_command(f"python -c {shlex.quote(probe)} " + " ".join(shlex.quote(p) for p in sockets[:5]),
+                         tmp_path, SandboxSettings(wall_seconds=20), "/tmp/workspace")
+    assert "NO" in result.output and "CONNECTED" not in result.output, result.output
+
+
 def test_presets_and_settings_refuse_what_cannot_run_in_one_line(monkeypatch):
     with pytest.raises(ValueError, match="Generative Language API"):
         HarnessSettings(kind="gemini")
+    with pytest.raises(ValueError, match="executable alone"):
+        HarnessSettings(kind="codex", command=["codex", "--flag"])
     with pytest.raises(ConfigError, match="command"):
         HarnessSettings(kind="command").executable()
     monkeypatch.setenv("PATH", "/nonexistent")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -59,13 +60,17 @@ def system_prompt(folder: Path) -> str:
 
 
 def run(command: str) -> str:
+    """Run `command` in its own process group: at 120 s the whole group is killed, whatever it started."""
+    proc = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     try:
-        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+        output, _ = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         return "killed: it ran past 120 s"
-    output = (done.stdout + done.stderr)[-MAX_OUTPUT:]
-    emit("command", command=command, exit_code=done.returncode)
-    return f"exit code {done.returncode}\n{output}"
+    emit("command", command=command, exit_code=proc.returncode)
+    return f"exit code {proc.returncode}\n{output[-MAX_OUTPUT:]}"
 
 
 def main() -> int:

@@ -100,8 +100,10 @@ class CoderWorld:
         from skillstate.envs.disclosure import LOAD_SKILL
 
         users = [str(m["content"]).strip() for m in messages if m["role"] == "user"]
-        # an agent CLI sends context of its own (the date, the directory) as user messages beside the task
-        task = next((u for u in users if u in self.by_task), users[0] if users else "")
+        # an agent CLI sends context of its own (the date, the directory) beside the task, in user messages of
+        # their own or in the task's (before it, as Claude Code's reminders are)
+        task = next((u for u in users if u in self.by_task), None) or next(
+            (t for u in users for t in self.by_task if u.endswith(t)), users[0] if users else "")
         item = self.by_task.get(task)
         if item is None:
             raise LookupError(f"the sim world of env {self.env.kind!r} has no task {task[:80]!r}; is the sim "

@@ -255,13 +255,14 @@ class WorkspaceEnv(ToolEnv):
 
     def judge(self, root: Path, item: dict[str, Any], reason: str) -> tuple[float, float, str, str, dict[str, Any]]:
         """(hard, soft, fail reason, diff, check) of the finished workspace at `root`. `reason` is how the agent
-        stopped: a failed target call (`rollout_error`) is never a success, whatever the check says; a reason
-        the check contradicts by passing (out of turns, say) is dropped."""
+        stopped: a failed target call (`rollout_error`) or an external agent that failed or ran out of time
+        (`harness_`) is never a success, whatever the check says; a reason the check contradicts by passing (out
+        of turns, say) is dropped."""
         diff = _diff(item["files"], _snapshot(root), self.max_diff_chars)
         check = self._check(root, item)
         hard, soft = (1.0, 1.0) if check["exit_code"] == 0 else (0.0, 0.0)
         soft = _soft(check["output"], soft)
-        if reason.startswith("rollout_error"):
+        if reason.startswith(("rollout_error", "harness_")):  # a failed call, an agent that crashed or hung
             hard, soft = 0.0, 0.0
         elif hard < 1.0:
             last = check["output"].strip().splitlines()[-1:] or [""]

@@ -15,7 +15,9 @@ where a request is the same.
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -38,6 +40,7 @@ from skillstate.skilltree.bundle import is_bundle, unbundle
 from skillstate.skilltree.frontmatter import front_matter_or_none
 
 AGENT_OUTPUT = 400_000  # characters of an agent's output read (its event stream)
+MAX_FINAL_CHARS = 2_000_000  # characters of the changed files a trajectory keeps (verification re-checks them)
 DEFAULT_NAME = "project-skill"
 
 
@@ -70,17 +73,78 @@ def _steps(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for call in m.get("tool_calls") or []:
             fn = call.get("function", {})
             steps.append({"turn": turn, "tool": fn.get("name", ""), "arguments": fn.get("arguments", ""),
-                          "output": outputs.get(call.get("id"), ""), "invalid": False})
+                          "output": outputs.get(call.get("id"), "")})
     return steps
 
 
-def _remove_installed(base: Path, names: list[str], root: Path) -> None:
+def _real_dir(root: Path, rel: str) -> Path | None:
+    """`root/rel` when every part of it is a directory and none a symlink (what the agent may have planted
+    there is never followed out of the workspace); else None."""
+    here = root
+    for part in Path(rel).parts:
+        here = here / part
+        try:
+            if not stat.S_ISDIR(os.lstat(here).st_mode):
+                return None
+        except OSError:
+            return None
+    return here
+
+
+def _remove_installed(root: Path, where: str, names: list[str], item: dict[str, Any]) -> None:
+    """Remove the installed skills from the workspace, following no symlink, and put back the project's own
+    files they covered (a skill of the project's with an installed one's name)."""
+    from skillstate.envs.workspace.env import _write_files
+
     for name in names:
-        shutil.rmtree(base / name, ignore_errors=True)
-    here = base
-    while here != root and here.is_dir() and not any(here.iterdir()):
-        here.rmdir()
-        here = here.parent
+        folder = _real_dir(root, f"{where}/{name}")
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)  # rmtree removes a symlink inside, never what it points to
+    parts = Path(where).parts
+    for cut in range(len(parts), 0, -1):  # the folders the install made, where nothing else is in them now
+        folder = _real_dir(root, "/".join(parts[:cut]))
+        try:
+            if folder is not None and not any(folder.iterdir()):
+                folder.rmdir()
+        except OSError:
+            break
+    prefix = where.rstrip("/") + "/"
+    own = {p: t for p, t in item["files"].items() if any(p.startswith(f"{prefix}{n}/") for n in names)}
+    if own:
+        try:
+            _write_files(root, own)
+        except (OSError, ValueError):  # the agent left something in the way: the check sees what it left
+            pass
+
+
+def _own_dirs(env: dict[str, str], private: str) -> set[str]:
+    """The folders of the agent's own state its environment names (its HOME, a CLI's config folder)."""
+    return {v for v in env.values() if v.startswith(private.rstrip("/") + "/")}
+
+
+def _socket_path(tmp: Path) -> tuple[Path, Path | None]:
+    """Where the proxy's socket goes: in the rollout's folder, or (a TMPDIR too long for a socket's path) in
+    a short folder of its own under /tmp, returned second to be removed."""
+    path = tmp / "proxy.sock"
+    if len(str(path)) < 100:
+        return path, None
+    short = Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp"))
+    return short / "proxy.sock", short
+
+
+def _final_files(final: dict[str, str], item: dict[str, Any]) -> tuple[dict[str, str], bool]:
+    """The files the agent changed or added (what verification writes over the starting workspace), up to
+    MAX_FINAL_CHARS in all; and whether they all fit."""
+    changed = {p: t for p, t in final.items() if item["files"].get(p) != t}
+    if sum(len(t) for t in changed.values()) <= MAX_FINAL_CHARS:
+        return changed, True
+    kept, total = {}, 0
+    for p, t in changed.items():
+        if total + len(t) > MAX_FINAL_CHARS:
+            continue
+        kept[p] = t
+        total += len(t)
+    return kept, False
 
 
 def external_rollout(env: Any, tmp: Path, root: Path, skill: str, item: dict[str, Any],
@@ -89,34 +153,38 @@ def external_rollout(env: Any, tmp: Path, root: Path, skill: str, item: dict[str
 
     h = env.harness
     skills = installed_skills(env, skill)
+    names = [name for name, _files in skills]
     where = h.installs_at()
-    base = install_skills(root, where, skills)
+    install_skills(root, where, skills)
     task = env.task_message(item)
     settings = env.sandbox.model_copy(update={"memory_mb": h.memory_mb})
     sandboxed = settings.kind == "bwrap"
-    socket_path = tmp / "proxy.sock"
-    with AgentProxy(complete, socket_path if sandboxed else None) as proxy:
-        if sandboxed:
-            how = launch(h, task, f"http://127.0.0.1:{PROXY_PORT}/v1", "/tmp", where)
-            dirs = ":".join(sorted({v for v in how.env.values() if v.startswith("/tmp/")} - {PROXY_SOCKET}))
-            argv = [sys.executable, "-c", bridge_source(), PROXY_SOCKET, str(PROXY_PORT), dirs, "--", *how.argv]
-            result = proxy.run_while(lambda: run_sandboxed(
-                argv, root, settings, SANDBOX_ROOT, env=how.env, stdin=how.stdin,
-                binds={str(socket_path): PROXY_SOCKET}, shown=shown_paths(h), wall_seconds=h.wall_seconds,
-                max_output=AGENT_OUTPUT))
-        else:
-            private = tmp / "private"
-            how = launch(h, task, proxy.base_url, str(private), where)
-            for value in how.env.values():
-                if value.startswith(str(private) + "/"):
-                    Path(value).mkdir(parents=True, exist_ok=True)
-            result = proxy.run_while(lambda: run_sandboxed(
-                how.argv, root, settings, None, env=how.env, stdin=how.stdin, wall_seconds=h.wall_seconds,
-                max_output=AGENT_OUTPUT))
+    socket_path, short = _socket_path(tmp)
+    try:
+        with AgentProxy(complete, socket_path if sandboxed else None) as proxy:
+            if sandboxed:
+                how = launch(h, task, f"http://127.0.0.1:{PROXY_PORT}/v1", "/tmp", where, proxy.key)
+                dirs = ":".join(sorted(_own_dirs(how.env, "/tmp")))
+                argv = [sys.executable, "-c", bridge_source(), PROXY_SOCKET, str(PROXY_PORT), dirs, "--", *how.argv]
+                result = proxy.run_while(lambda: run_sandboxed(
+                    argv, root, settings, SANDBOX_ROOT, env=how.env, stdin=how.stdin,
+                    binds={str(socket_path): PROXY_SOCKET}, shown=shown_paths(h), wall_seconds=h.wall_seconds,
+                    max_output=AGENT_OUTPUT, stop=proxy.stop))
+            else:
+                private = tmp / "private"
+                how = launch(h, task, proxy.base_url, str(private), where, proxy.key)
+                for folder in _own_dirs(how.env, str(private)):
+                    Path(folder).mkdir(parents=True, exist_ok=True)
+                result = proxy.run_while(lambda: run_sandboxed(
+                    how.argv, root, settings, None, env=how.env, stdin=how.stdin, wall_seconds=h.wall_seconds,
+                    max_output=AGENT_OUTPUT, stop=proxy.stop))
+    finally:
+        if short is not None:
+            shutil.rmtree(short, ignore_errors=True)
     if proxy.raised is not None:  # the run stopped taking calls (its budget, a fatal endpoint): not this rollout's
         raise proxy.raised
-    _remove_installed(base, [name for name, _files in skills], root)
-    events, said = read_events(result.output)
+    _remove_installed(root, where, names, item)
+    events, log = read_events(result.output)
     answer = next((m.get("content") for m in reversed(proxy.conversation) if m.get("role") == "assistant"
                    and m.get("content")), None)
     if proxy.failure is not None:
@@ -124,21 +192,21 @@ def external_rollout(env: Any, tmp: Path, root: Path, skill: str, item: dict[str
     elif result.timed_out:
         reason = f"harness_timeout: the agent ran past {h.wall_seconds:g} s"
     elif result.exit_code != 0:
-        last = said[-1] if said else ""
-        reason = f"harness_failed: {result.summary()}: {clip(last, 200)}"
+        reason = f"harness_failed: {result.summary()}: {clip(log[-1] if log else '', 200)}"
     elif not proxy.calls:
         reason = "harness_failed: the agent made no model call"
     else:
         reason = ""
     final = _snapshot(root)  # before the check writes its own files
-    changed = {p: t for p, t in final.items() if item["files"].get(p) != t}
+    changed, complete_record = _final_files(final, item)
     removed = sorted(p for p in item["files"] if p not in final)
     hard, soft, reason, diff, check = env.judge(root, item, reason)
     trajectory = {"kind": "workspace", "harness": h.kind, "item_id": item["id"], "task": item["instruction"],
                   "answer": answer, "success": hard >= 1.0, "fail_reason": reason, "steps": _steps(proxy.conversation),
-                  "messages": proxy.conversation, "events": events, "stderr": said, "exchanges": proxy.exchanges,
-                  "exit": result.summary(), "diff": diff, "final_files": changed, "removed_files": removed,
-                  "check": check, "skills_installed": [name for name, _files in skills]}
+                  "messages": proxy.conversation, "events": events, "log": log, "exchanges": proxy.exchanges,
+                  "exit": result.summary(), "diff": diff, "final_files": changed,
+                  "final_files_complete": complete_record, "removed_files": removed, "check": check,
+                  "skills_installed": names}
     return RolloutOutcome(hard=hard, soft=soft, fail_reason=reason, prediction=clip(str(answer or ""), 500),
                           task_type=item.get("task_type", ""), calls=list(proxy.calls), trajectory=trajectory,
                           turns=len(proxy.calls))
@@ -153,6 +221,9 @@ def check_recorded(env: Any, item: dict[str, Any], trajectory: Any, result: Any)
 
     if not isinstance(trajectory, dict) or trajectory.get("item_id") != item["id"] or "final_files" not in trajectory:
         return "its trajectory is not a harness rollout of this item"
+    if not trajectory.get("final_files_complete", True):
+        return ("the agent changed more than the trajectory keeps (MAX_FINAL_CHARS), so the check cannot be run "
+                "again on its final workspace")
     if len(trajectory.get("exchanges") or []) != len(result.calls):
         return (f"its trajectory records {len(trajectory.get('exchanges') or [])} model calls, its event "
                 f"{len(result.calls)}")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from skillstate.errors import ConfigError
 from skillstate.skilltree.paths import check_path
@@ -41,12 +41,10 @@ MAX_EVENT_CHARS = 4_000  # characters of one event kept
 @dataclass(frozen=True)
 class Preset:
     """How to run one agent CLI: `argv(executable, task, base_url, model)`, the environment it needs (its
-    own state under `private`, a directory of the sandbox's own), where it looks for skills in a project,
-    and which API it speaks (documentation only: the proxy speaks all three)."""
+    own state under `private`, a directory of the sandbox's own) and where it looks for skills in a project."""
 
     executable: str
     skills_dir: str
-    api: str
     package: str  # where it comes from (npm), for the error that says it is not installed
     argv: Callable[[str, str, str, str], list[str]]
     env: Callable[[str, str], dict[str, str]]  # (base_url, private dir) -> variables
@@ -70,17 +68,15 @@ def _qwen_argv(exe: str, task: str, url: str, model: str) -> list[str]:
 
 PRESETS: dict[str, Preset] = {
     # The sandbox is skillstate's, so the agent's own (and its approval prompts) are off.
-    "codex": Preset("codex", ".agents/skills", "OpenAI Responses API (streaming)", "@openai/codex", _codex_argv,
+    "codex": Preset("codex", ".agents/skills", "@openai/codex", _codex_argv,  # the Responses API, streaming
                     lambda url, private: {"CODEX_HOME": f"{private}/codex-home"}),
-    "claude": Preset("claude", ".claude/skills", "Anthropic Messages (streaming)", "@anthropic-ai/claude-code",
-                     _claude_argv,
+    "claude": Preset("claude", ".claude/skills", "@anthropic-ai/claude-code", _claude_argv,  # Anthropic Messages
                      lambda url, private: {"ANTHROPIC_BASE_URL": url.removesuffix("/v1"),
                                            "CLAUDE_CONFIG_DIR": f"{private}/claude-home",
                                            "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
                                            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}),
-    "qwen": Preset("qwen", ".qwen/skills", "OpenAI chat completions (streaming)", "@qwen-code/qwen-code",
-                   _qwen_argv, lambda url, private: {"HOME": f"{private}/home",
-                                                     "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"}),
+    "qwen": Preset("qwen", ".qwen/skills", "@qwen-code/qwen-code", _qwen_argv,  # chat completions, streaming
+                   lambda url, private: {"QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"}),
 }
 UNSUPPORTED = {
     "gemini": "Gemini CLI asks Google's Generative Language API, which the proxy does not speak (it speaks OpenAI "
@@ -120,6 +116,13 @@ class HarnessSettings(BaseModel):
         if kind in UNSUPPORTED:
             raise ValueError(f"harness {kind}: {UNSUPPORTED[kind]}")
         return kind
+
+    @model_validator(mode="after")
+    def _preset_command(self) -> HarnessSettings:
+        if self.kind in PRESETS and len(self.command) > 1:
+            raise ValueError(f"harness {self.kind}: command is the CLI's executable alone (its arguments are the "
+                             "preset's); for a command line of your own, use kind: command")
+        return self
 
     @field_validator("skills_dir")
     @classmethod
@@ -167,14 +170,13 @@ class Launch:
     stdin: str | None
 
 
-def launch(settings: HarnessSettings, task: str, base_url: str, private: str, skills_dir: str) -> Launch:
-    """How to start the agent for `task`, its model at `base_url`, its own state under `private`."""
-    from skillstate.envs.workspace.proxy.server import PLACEHOLDER_KEY
-
+def launch(settings: HarnessSettings, task: str, base_url: str, private: str, skills_dir: str, key: str) -> Launch:
+    """How to start the agent for `task`, its model at `base_url` with the rollout's proxy `key`, its own state
+    (its HOME among it) under `private`, never in the workspace."""
     exe = settings.executable()
-    common = {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": PLACEHOLDER_KEY,
-              "ANTHROPIC_BASE_URL": base_url.removesuffix("/v1"), "ANTHROPIC_API_KEY": PLACEHOLDER_KEY,
-              "SKILLSTATE_PROXY_KEY": PLACEHOLDER_KEY, "SKILLSTATE_MODEL": settings.model,
+    common = {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": key, "HOME": f"{private}/home",
+              "ANTHROPIC_BASE_URL": base_url.removesuffix("/v1"), "ANTHROPIC_API_KEY": key,
+              "SKILLSTATE_PROXY_KEY": key, "SKILLSTATE_MODEL": settings.model,
               "SKILLSTATE_SKILLS_DIR": skills_dir, "SKILLSTATE_TASK": task, "NO_COLOR": "1", "CI": "1"}
     if settings.kind == "command":
         args = [_absolute(a) for a in settings.command[1:]]
@@ -191,15 +193,14 @@ def _absolute(arg: str) -> str:
 
 
 def shown_paths(settings: HarnessSettings) -> list[str]:
-    """What the sandbox shows the agent read-only although it hides it: the config's `show`, the folder of the
-    agent's program and of each file its command names (a script of yours in your project, say)."""
+    """What the sandbox shows the agent read-only although it hides it: the config's `show`, the agent's program
+    and each file its command names (a script of yours in your project, say): those files alone, never the
+    folder they are in (your working directory holds the run's database and the tasks' checks)."""
     out = list(settings.show)
     named = [settings.executable(), *(_absolute(a) for a in settings.command[1:])]
     for path in named:
-        if os.path.isabs(path) and os.path.isfile(path):
-            folder = os.path.dirname(os.path.realpath(path))
-            if folder not in out:
-                out.append(folder)
+        if os.path.isabs(path) and os.path.isfile(path) and path not in out:
+            out.append(path)
     return out
 
 
@@ -217,9 +218,24 @@ def install_skills(root: Path, skills_dir: str, skills: list[tuple[str, dict[str
     return base
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def plain_text(value: Any) -> Any:
+    """`value` with each string's lone surrogates (half an emoji cut by an agent) replaced: a log holds UTF-8."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, list):
+        return [plain_text(v) for v in value]
+    if isinstance(value, dict):
+        return {plain_text(k): plain_text(v) for k, v in value.items()}
+    return value
+
+
 def read_events(output: str) -> tuple[list[Any], list[str]]:
-    """(events, other lines) of an agent's output: each line that is a JSON value is an event (a JSON array
-    printed whole is its events), the rest is what it said on stderr."""
+    """(events, log) of an agent's output (its stdout and stderr, in order): each line that is a JSON value is an
+    event (a JSON array printed whole is its events; NaN and Infinity are not JSON), the other lines its log."""
     events: list[Any] = []
     other: list[str] = []
     for line in output.splitlines():
@@ -227,13 +243,13 @@ def read_events(output: str) -> tuple[list[Any], list[str]]:
         if not text:
             continue
         try:
-            value = json.loads(text)
+            value = json.loads(text, parse_constant=_no_constant)
         except (ValueError, RecursionError):
             other.append(line)
             continue
         events.extend(value if isinstance(value, list) else [value])
-    kept = [_clipped(e) for e in events[-MAX_EVENTS:]]
-    return kept, other[-50:]
+    kept = [_clipped(plain_text(e)) for e in events[-MAX_EVENTS:]]
+    return kept, plain_text(other[-50:])
 
 
 def _clipped(event: Any) -> Any:

@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,17 +168,47 @@ def hidden_paths() -> list[str]:
     import skillstate
 
     out = []
-    for raw in (os.path.expanduser("~"), os.getcwd(), os.path.dirname(os.path.dirname(skillstate.__file__))):
+    for raw in (os.path.expanduser("~"), os.getcwd(), os.path.dirname(os.path.dirname(skillstate.__file__)),
+                tempfile.gettempdir()):  # other rollouts' workspaces, where TMPDIR is not /tmp
         path = os.path.realpath(raw)
         if path not in ("/", "/usr", "/tmp", "/bin", "/lib") and path not in out:
             out.append(path)
     return out
 
 
+def socket_dirs() -> list[str]:
+    """Where the machine's Unix sockets are (a database's, a session bus, an agent's keys): hidden, since a
+    read-only file system does not stop a connect. /run always; and the folder of each socket listening
+    elsewhere (`/proc/net/unix`), outside /tmp (private already) and the system's own folders."""
+    out = ["/run"] if os.path.isdir("/run") else []
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return out
+    keep = ("/", "/usr", "/bin", "/lib", "/lib64", "/etc", "/var", "/dev", "/proc", "/sys", "/tmp")
+    for line in lines:
+        parts = line.split()
+        path = parts[7] if len(parts) > 7 else ""
+        if not path.startswith("/"):  # abstract sockets: the sandbox's own network namespace has none of them
+            continue
+        folder = os.path.dirname(os.path.realpath(path))
+        if folder in keep or folder.startswith(("/tmp/", "/run/", "/proc/", "/sys/", "/dev/")) or folder in out:
+            continue
+        if any(p == folder or p.startswith(folder + "/") for p in _python_prefixes()):
+            continue
+        out.append(folder)
+    return sorted(out)
+
+
+def _python_prefixes() -> set[str]:
+    return {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(sys.executable))}
+
+
 def _shown_again(masked: list[str]) -> list[str]:
     """The Python installs inside a hidden path, bound back so that `python` still runs."""
     out = []
-    for prefix in {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(sys.executable))}:
+    for prefix in _python_prefixes():
         if any(prefix == m or prefix.startswith(m + "/") for m in masked) and prefix not in out:
             out.append(prefix)
     return sorted(out)
@@ -190,8 +221,9 @@ def bwrap_argv(workspace: Path, inside: str | None = None, binds: dict[str, str]
     in every rollout), each of `binds` (host path -> path inside) bound in; HOME is the workspace unless `home`."""
     ws = str(workspace.resolve())
     at = inside or ws
-    masked = [p for p in hidden_paths() if not (ws == p or ws.startswith(p + "/") or p.startswith("/tmp/"))]
-    masks = [arg for p in masked for arg in ("--tmpfs", p)]
+    masked = [p for p in hidden_paths() if not (ws == p or (ws.startswith(p + "/") and inside is None)
+                                                 or p.startswith("/tmp/"))]
+    masks = [arg for p in [*masked, *socket_dirs()] for arg in ("--tmpfs", p)]
     again = [arg for p in [*_shown_again([*masked, "/tmp"]), *(shown or [])] for arg in ("--ro-bind", p, p)]
     extra = [arg for host, there in (binds or {}).items() for arg in ("--bind", host, there)]
     return ["bwrap", "--ro-bind", "/", "/", "--tmpfs", "/tmp", *masks, *again, "--bind", ws, at, *extra,
@@ -210,9 +242,10 @@ def run_command(command: str, workspace: Path, settings: SandboxSettings, inside
 def run_sandboxed(argv: list[str], workspace: Path, settings: SandboxSettings, inside: str | None = None, *,
                   env: dict[str, str] | None = None, binds: dict[str, str] | None = None,
                   shown: list[str] | None = None, stdin: str | None = None, wall_seconds: float | None = None,
-                  max_output: int = MAX_OUTPUT) -> CommandResult:
+                  max_output: int = MAX_OUTPUT, stop: threading.Event | None = None) -> CommandResult:
     """Run `argv` in `workspace` under the sandbox the settings name, with `env` added to its environment and
-    `stdin` as its input; `wall_seconds` and `max_output` replace the settings' time limit and the output kept."""
+    `stdin` as its input; `wall_seconds` and `max_output` replace the settings' time limit and the output kept;
+    once `stop` is set the command is killed (its result says it was stopped)."""
     home = (env or {}).get("HOME")
     full = [*bwrap_argv(workspace, inside, binds, shown, home), *argv] if settings.kind == "bwrap" else argv
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "/usr/bin:/bin")])
@@ -222,13 +255,14 @@ def run_sandboxed(argv: list[str], workspace: Path, settings: SandboxSettings, i
     before = processes_of(os.geteuid())
     group = pids_group(settings.max_processes)
     try:
-        return _run(full, workspace, {**base, **(env or {})}, limits, before, group, stdin, max_output)
+        return _run(full, workspace, {**base, **(env or {})}, limits, before, group, stdin, max_output, stop)
     finally:
         _drop_group(group)
 
 
 def _run(argv: list[str], workspace: Path, env: dict[str, str], settings: SandboxSettings, before: int,
-         group: Path | None, stdin: str | None = None, max_output: int = MAX_OUTPUT) -> CommandResult:
+         group: Path | None, stdin: str | None = None, max_output: int = MAX_OUTPUT,
+         stop: threading.Event | None = None) -> CommandResult:
     with tempfile.TemporaryFile() as sink, tempfile.TemporaryFile() as source:
         source.write((stdin or "").encode())
         source.seek(0)
@@ -239,7 +273,7 @@ def _run(argv: list[str], workspace: Path, env: dict[str, str], settings: Sandbo
         except (OSError, ValueError, subprocess.SubprocessError) as err:  # a NUL in the command, say
             return CommandResult(None, f"cannot start: {getattr(err, 'strerror', None) or err}")
         try:
-            proc.wait(timeout=settings.wall_seconds)
+            _wait(proc, settings.wall_seconds, stop)
         except subprocess.TimeoutExpired:
             _kill(proc)
             try:  # the sandbox's namespace goes with it; a fork storm can take a few seconds to wind down
@@ -248,7 +282,25 @@ def _run(argv: list[str], workspace: Path, env: dict[str, str], settings: Sandbo
                 pass
             _wait_gone(before + settings.max_processes // 4)  # its processes no longer count against the next
             return CommandResult(None, _read_clipped(sink, max_output), timed_out=True)
+        if stop is not None and stop.is_set() and proc.returncode is not None and proc.returncode < 0:
+            return CommandResult(None, _read_clipped(sink, max_output) + "\n[stopped: the run stopped taking calls]")
         return CommandResult(proc.returncode, _read_clipped(sink, max_output))
+
+
+def _wait(proc: subprocess.Popen, seconds: float, stop: threading.Event | None) -> None:
+    """Wait for `proc` for up to `seconds` (TimeoutExpired after); kill it as soon as `stop` is set."""
+    if stop is None:
+        proc.wait(timeout=seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while proc.poll() is None:
+        if stop.is_set():
+            _kill(proc)
+            proc.wait(timeout=KILL_GRACE)
+            return
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(proc.args, seconds)
+        stop.wait(0.05)
 
 
 def _wait_gone(at_most: int) -> None:

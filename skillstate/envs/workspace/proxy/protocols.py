@@ -42,7 +42,8 @@ class Parsed:
 
 
 def _text(content: Any) -> str:
-    """The text of a message's content: a string, or the text of its text parts in order."""
+    """The text of a message's content: a string, or the text of its text parts in order (joined as they are,
+    as the APIs read them)."""
     if content is None:
         return ""
     if isinstance(content, str):

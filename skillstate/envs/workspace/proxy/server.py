@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import secrets
 import socketserver
 import threading
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from skillstate.envs.workspace.harness import plain_text
 from skillstate.envs.workspace.proxy.protocols import (
     CHAT,
     MESSAGES,
@@ -40,8 +42,9 @@ from skillstate.envs.workspace.proxy.protocols import (
 )
 from skillstate.llm.base import CallResult
 
-PLACEHOLDER_KEY = "skillstate-proxy"  # what the agent is given as its API key: not a secret, never the run's
+KEY_PREFIX = "skillstate-proxy-"  # the agent's key: made for one rollout, good for its proxy alone, never the run's
 MAX_BODY = 64 * 1024 * 1024
+MAX_OPEN_REQUESTS = 8  # requests one agent may have open at once (they are answered one at a time anyway)
 
 Complete = Callable[..., CallResult]
 R = TypeVar("R")
@@ -73,6 +76,9 @@ class AgentProxy:
 
     def __init__(self, complete: Complete, unix_path: Path | None = None):
         self.complete = complete
+        self.key = KEY_PREFIX + secrets.token_hex(16)  # what the agent must send (a local user is not the agent)
+        self.stop = threading.Event()  # set when the run stops taking calls: the agent is then stopped
+        self._open_requests = threading.BoundedSemaphore(MAX_OPEN_REQUESTS)
         self.calls: list[CallResult] = []
         self.exchanges: list[dict[str, Any]] = []
         self.failure: str | None = None
@@ -124,7 +130,7 @@ class AgentProxy:
 
         thread = threading.Thread(target=go, name="agent", daemon=True)
         thread.start()
-        while thread.is_alive() or not self._asked.empty():
+        while thread.is_alive():  # what is still queued once the agent is gone is not sent: nobody waits for it
             try:
                 api, body, out, ready = self._asked.get(timeout=0.05)
             except queue.Empty:
@@ -160,6 +166,7 @@ class AgentProxy:
             return 400, error_body(api, str(err))
         except (TypeError, AttributeError, KeyError, ValueError) as err:  # a field of the wrong shape
             return 400, error_body(api, f"the request is not one this API takes ({type(err).__name__}: {err})")
+        parsed.messages, parsed.tools = plain_text(parsed.messages), plain_text(parsed.tools)
         if self.raised is not None:  # the run is stopping: no more calls
             return 400, error_body(api, "the run stopped taking calls", "api_error")
         try:
@@ -167,6 +174,7 @@ class AgentProxy:
         except BaseException as err:  # noqa: BLE001 - raised again in the rollout's thread
             with self._lock:
                 self.raised = self.raised or err
+            self.stop.set()
             return 400, error_body(api, "the run stopped taking calls", "api_error")
         with self._lock:
             self.calls.append(result)
@@ -199,15 +207,38 @@ class AgentProxy:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except OSError:  # the agent hung up (it was stopped, or gave up waiting)
+                    self.close_connection = True
 
             def do_GET(self) -> None:
+                if not self._allowed():
+                    return
                 if self.path.split("?", 1)[0].rstrip("/").endswith("/models"):
                     self._json(200, {"object": "list", "data": [{"id": "skillstate", "object": "model"}]})
                 else:
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
 
+            def _allowed(self) -> bool:
+                sent = self.headers.get("x-api-key") or self.headers.get("Authorization", "").partition(" ")[2]
+                if secrets.compare_digest(sent.strip().encode(), proxy.key.encode()):
+                    return True
+                self._json(401, {"error": {"message": "not this rollout's key", "type": "authentication_error"}})
+                return False
+
             def do_POST(self) -> None:
+                if not self._allowed():
+                    return
+                if not proxy._open_requests.acquire(blocking=False):
+                    self._json(429, {"error": {"message": "too many requests at once", "type": "rate_limit_error"}})
+                    return
+                try:
+                    self._post()
+                finally:
+                    proxy._open_requests.release()
+
+            def _post(self) -> None:
                 api = route(self.path)
                 if self.path.split("?", 1)[0].rstrip("/").endswith("/messages/count_tokens"):
                     self._count_tokens()
@@ -233,10 +264,13 @@ class AgentProxy:
                 self.send_header("Cache-Control", "no-cache")
                 self.send_header("Connection", "close")
                 self.end_headers()
-                for chunk in out:
-                    self.wfile.write(chunk)
-                self.wfile.flush()
                 self.close_connection = True
+                try:
+                    for chunk in out:
+                        self.wfile.write(chunk)
+                    self.wfile.flush()
+                except OSError:  # the agent hung up
+                    pass
 
             def _body(self) -> bytes | None:
                 """The request's body, sent with a Content-Length or chunked; None past MAX_BODY."""
@@ -249,6 +283,8 @@ class AgentProxy:
                             n = int(line.split(b";")[0].strip() or b"0", 16)
                         except ValueError:
                             return b""
+                        if n < 0:
+                            return b""
                         if n == 0:
                             while self.rfile.readline(1024).strip():  # trailers
                                 pass
@@ -258,7 +294,10 @@ class AgentProxy:
                             return None
                         parts.append(self.rfile.read(n))
                         self.rfile.readline(8)  # the CRLF after the chunk
-                length = int(self.headers.get("Content-Length") or 0)
+                raw = (self.headers.get("Content-Length") or "0").strip()
+                if not raw.isdigit():  # a negative or unreadable length: no body
+                    return b""
+                length = int(raw)
                 return None if length > MAX_BODY else self.rfile.read(length)
 
             def _count_tokens(self) -> None:
@@ -272,4 +311,4 @@ class AgentProxy:
         return Handler
 
 
-__all__ = ["AgentProxy", "PLACEHOLDER_KEY", "route", "CHAT", "RESPONSES", "MESSAGES"]
+__all__ = ["AgentProxy", "KEY_PREFIX", "route", "CHAT", "RESPONSES", "MESSAGES"]
