@@ -1,7 +1,7 @@
-"""A real agent CLI as the target (issue 24, §3): Codex, installed from npm by .ci/run at a pinned version,
-runs each rollout in the sandbox against `skillstate sim-server` through the run's journaling proxy. Codex
-speaks the OpenAI Responses API, streaming; the sim plays its model through Codex's own `exec_command`
-tool. The run completes and passes audit, as any run does."""
+"""Real agent CLIs as the target (issue 24, §3): Codex and Qwen Code, installed from npm by .ci/run at pinned
+versions, run each rollout in the sandbox against `skillstate sim-server` through the run's journaling proxy.
+Codex speaks the OpenAI Responses API, Qwen Code chat completions, both streaming; the sim plays their model
+through each CLI's own shell tool. The run completes, passes audit and verifies, as any run does."""
 
 from __future__ import annotations
 
@@ -44,8 +44,13 @@ def skillstate(*args: str, env: dict[str, str], cwd: Path, timeout: float) -> su
     return subprocess.run([SKILLSTATE, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
-def test_codex_trains_through_the_proxy_against_the_sim_server_and_passes_audit(tmp_path):
-    needs("codex")
+@pytest.mark.parametrize(("cli", "api", "stream", "shell"), [
+    ("codex", "responses", True, "cmd"),  # Codex 0.171: the Responses API, streamed; its exec_command tool
+    ("qwen", "chat", True, "command"),  # Qwen Code 0.24: chat completions, streamed; its run_shell_command tool
+])
+def test_an_agent_cli_trains_through_the_proxy_against_the_sim_server_and_passes_audit(tmp_path, cli, api, stream,
+                                                                                       shell):
+    needs(cli)
     port = free_port()
     config = {
         "env": "workspace", "data": str(tiny_data(tmp_path / "data")), "backend": "openai",
@@ -53,9 +58,9 @@ def test_codex_trains_through_the_proxy_against_the_sim_server_and_passes_audit(
         "optimizer": {"model": "sim", "base_url": f"http://127.0.0.1:{port}/v1"},
         "initial_skill": str(SKILL), "disclosure": "tools", "distractor_skills": [str(DISTRACTOR)],
         "batch_size": 2, "num_epochs": 1, "concurrency": 2, "seed": 42,
-        "env_config": {"harness": {"kind": "codex", "wall_seconds": 180}},
+        "env_config": {"harness": {"kind": cli, "wall_seconds": 180}},
     }
-    path = tmp_path / "codex.yaml"
+    path = tmp_path / f"{cli}.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {**os.environ, "OPENAI_API_KEY": "local"}
     server = subprocess.Popen([SKILLSTATE, "sim-server", "--port", str(port),
@@ -83,13 +88,13 @@ def test_codex_trains_through_the_proxy_against_the_sim_server_and_passes_audit(
     report = verify(store, run_id)  # the rollouts checked from the log (Codex's requests cannot be re-served)
     assert report.ok and report.checked == report.total, report.divergence
     trajs = trajectories(store, run_id)
-    assert trajs and all(t["harness"] == "codex" for t in trajs)
+    assert trajs and all(t["harness"] == cli for t in trajs)
     for t in trajs:
-        assert t["exchanges"] and all(x["api"] == "responses" and x["stream"] for x in t["exchanges"])
-        kinds = {e.get("type") for e in t["events"] if isinstance(e, dict)}
-        assert {"thread.started", "turn.completed"} <= kinds, t["log"][-5:]
-    # Codex ran the sim's commands with its own tool, and the sim read the installed skills through them
-    commands = [json.loads(s["arguments"]).get("cmd", "") for t in trajs for s in t["steps"]]
+        assert t["exchanges"] and all(x["api"] == api and x["stream"] == stream for x in t["exchanges"])
+        assert t["events"] and not t["fail_reason"].startswith(("harness_", "rollout_error")), t["log"][-5:]
+    # the CLI ran the sim's commands with its own shell tool, and the sim read the installed skills through them
+    commands = [json.loads(s["arguments"]).get(shell, "") for t in trajs for s in t["steps"]]
     assert any("SKILL.md" in c for c in commands)
+    assert any(t["success"] for t in trajs)
     runs = json.loads(skillstate("runs", "--json", "--db", db, env=env, cwd=tmp_path, timeout=120).stdout)
     assert [r["status"] for r in runs if r["run_id"] == run_id] == ["completed"]

@@ -45,7 +45,8 @@ class SimBackend:
         role = "optimizer"
         if any(t.get("function", {}).get("name") == PROBE_TOOL for t in tools or []):  # the start-up tool check
             role, text, calls = "target", "", [ToolCall("call_probe", PROBE_TOOL, "{}")]
-        elif "<skill>" in user or "<bank>" in user:  # skillstate's optimizer prompts (the bank's teacher too)
+        elif not tools and ("<skill>" in user or "<bank>" in user):  # the optimizer's prompts (the bank's teacher
+            # too), which never offer tools: an agent CLI's request that lists its skills in <skill> tags does
             text = self.optimizer.reply(user, seeded_rng("sim-optimizer", hash_value(messages)))
         elif (request := read_request(str(user or ""), self.world)) is not None:
             text = self.optimizer.reply_to(request, str(user), seeded_rng("sim-optimizer", hash_value(messages)))

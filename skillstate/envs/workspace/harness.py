@@ -102,8 +102,10 @@ class HarnessSettings(BaseModel):
     skills_dir: str | None = Field(None, description="Where the skills are installed in the workspace (default: "
                                                      "where the agent looks; .agents/skills for command).")
     wall_seconds: float = Field(600.0, gt=0, le=24 * 3600, description="Kill the agent after this long (seconds).")
-    memory_mb: int = Field(16_384, ge=256, le=1_048_576,
-                           description="The agent's address space (MB): a Node.js CLI reserves far more than it uses.")
+    memory_mb: int = Field(32_768, ge=256, le=1_048_576,
+                           description="The agent's address space (MB). It bounds what the agent reserves, not what it "
+                                       "uses: Node.js reserves many GB for WebAssembly (its HTTP client), so a Node "
+                                       "CLI's requests fail below about 32 GB.")
     model: str = Field("skillstate", description="The model name the agent is given (the proxy answers with the "
                                                  "run's target model whatever the agent names).")
     show: list[str] = Field(default_factory=list, description="Directories the sandbox hides (your home, the "
