@@ -1,7 +1,8 @@
-"""Real agent CLIs as the target (issue 24, §3): Codex and Qwen Code, installed from npm by .ci/run at pinned
-versions, run each rollout in the sandbox against `skillstate sim-server` through the run's journaling proxy.
-Codex speaks the OpenAI Responses API, Qwen Code chat completions, both streaming; the sim plays their model
-through each CLI's own shell tool. The run completes, passes audit and verifies, as any run does."""
+"""Real agent CLIs as the target (issue 24, §3): Codex, Qwen Code and Claude Code, installed from npm by .ci/run
+at pinned versions, run each rollout in the sandbox against `skillstate sim-server` through the run's journaling
+proxy. Codex speaks the OpenAI Responses API, Qwen Code chat completions, Claude Code Anthropic Messages, all
+streaming; the sim plays their model through each CLI's own shell tool. The run completes, passes audit and
+verifies, as any run does."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ def skillstate(*args: str, env: dict[str, str], cwd: Path, timeout: float) -> su
 @pytest.mark.parametrize(("cli", "api", "stream", "shell"), [
     ("codex", "responses", True, "cmd"),  # Codex 0.171: the Responses API, streamed; its exec_command tool
     ("qwen", "chat", True, "command"),  # Qwen Code 0.24: chat completions, streamed; its run_shell_command tool
+    ("claude", "messages", True, "command"),  # Claude Code 2.1: Anthropic Messages, streamed; its Bash tool
 ])
 def test_an_agent_cli_trains_through_the_proxy_against_the_sim_server_and_passes_audit(tmp_path, cli, api, stream,
                                                                                        shell):

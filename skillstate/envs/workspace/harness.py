@@ -45,7 +45,8 @@ class Preset:
 
     executable: str
     skills_dir: str
-    package: str  # where it comes from (npm), for the error that says it is not installed
+    package: str
+    model: str  # the model name it is given unless the config names one: a name it accepts  # where it comes from (npm), for the error that says it is not installed
     argv: Callable[[str, str, str, str], list[str]]
     env: Callable[[str, str], dict[str, str]]  # (base_url, private dir) -> variables
 
@@ -68,14 +69,16 @@ def _qwen_argv(exe: str, task: str, url: str, model: str) -> list[str]:
 
 PRESETS: dict[str, Preset] = {
     # The sandbox is skillstate's, so the agent's own (and its approval prompts) are off.
-    "codex": Preset("codex", ".agents/skills", "@openai/codex", _codex_argv,  # the Responses API, streaming
+    "codex": Preset("codex", ".agents/skills", "@openai/codex", "skillstate", _codex_argv,  # the Responses API, streaming
                     lambda url, private: {"CODEX_HOME": f"{private}/codex-home"}),
-    "claude": Preset("claude", ".claude/skills", "@anthropic-ai/claude-code", _claude_argv,  # Anthropic Messages
+    "claude": Preset("claude", ".claude/skills", "@anthropic-ai/claude-code", "sonnet", _claude_argv,  # Anthropic Messages
                      lambda url, private: {"ANTHROPIC_BASE_URL": url.removesuffix("/v1"),
                                            "CLAUDE_CONFIG_DIR": f"{private}/claude-home",
+                                           "IS_SANDBOX": "1",  # it is one (skillstate's), so skipping its
+                                           # permission prompts is allowed even for a root driver
                                            "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
                                            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}),
-    "qwen": Preset("qwen", ".qwen/skills", "@qwen-code/qwen-code", _qwen_argv,  # chat completions, streaming
+    "qwen": Preset("qwen", ".qwen/skills", "@qwen-code/qwen-code", "skillstate", _qwen_argv,  # chat completions, streaming
                    lambda url, private: {"QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"}),
 }
 UNSUPPORTED = {
@@ -106,8 +109,9 @@ class HarnessSettings(BaseModel):
                            description="The agent's address space (MB). It bounds what the agent reserves, not what it "
                                        "uses: Node.js reserves many GB for WebAssembly (its HTTP client), so a Node "
                                        "CLI's requests fail below about 32 GB.")
-    model: str = Field("skillstate", description="The model name the agent is given (the proxy answers with the "
-                                                 "run's target model whatever the agent names).")
+    model: str | None = Field(None, description="The model name the agent is given (the proxy answers with the "
+                                                "run's target model whatever the agent names); default: one the "
+                                                "agent accepts (sonnet for Claude Code, else skillstate).")
     show: list[str] = Field(default_factory=list, description="Directories the sandbox hides (your home, the "
                                                               "working directory) that the agent needs, read-only: "
                                                               "where you installed it, say.")
@@ -176,16 +180,17 @@ def launch(settings: HarnessSettings, task: str, base_url: str, private: str, sk
     """How to start the agent for `task`, its model at `base_url` with the rollout's proxy `key`, its own state
     (its HOME among it) under `private`, never in the workspace."""
     exe = settings.executable()
+    model = settings.model or (PRESETS[settings.kind].model if settings.kind in PRESETS else "skillstate")
     common = {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": key, "HOME": f"{private}/home",
               "ANTHROPIC_BASE_URL": base_url.removesuffix("/v1"), "ANTHROPIC_API_KEY": key,
-              "SKILLSTATE_PROXY_KEY": key, "SKILLSTATE_MODEL": settings.model,
+              "SKILLSTATE_PROXY_KEY": key, "SKILLSTATE_MODEL": model,
               "SKILLSTATE_SKILLS_DIR": skills_dir, "SKILLSTATE_TASK": task, "NO_COLOR": "1", "CI": "1"}
     if settings.kind == "command":
         args = [_absolute(a) for a in settings.command[1:]]
         named = any("{task}" in a for a in args)
         return Launch([exe, *(a.replace("{task}", task) for a in args)], common, None if named else task)
     preset = PRESETS[settings.kind]
-    return Launch(preset.argv(exe, task, base_url, settings.model), {**common, **preset.env(base_url, private)}, None)
+    return Launch(preset.argv(exe, task, base_url, model), {**common, **preset.env(base_url, private)}, None)
 
 
 def _absolute(arg: str) -> str:

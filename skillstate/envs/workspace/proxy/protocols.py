@@ -159,9 +159,12 @@ def from_messages(raw: Any) -> Parsed:
     if not isinstance(body.get("messages"), list) or not body["messages"]:
         raise BadRequest("messages must be a non-empty list")
     for m in body["messages"]:
-        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
-            raise BadRequest("each message must be an object whose role is user or assistant")
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
+            raise BadRequest("each message must be an object whose role is user, assistant or system")
         blocks = m.get("content")
+        if m["role"] == "system":  # Claude Code 2.1 sends its environment as a system message among the others
+            messages.append({"role": "system", "content": _text(blocks)})
+            continue
         if isinstance(blocks, str):
             messages.append({"role": m["role"], "content": blocks})
             continue
