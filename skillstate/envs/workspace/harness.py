@@ -45,8 +45,8 @@ class Preset:
 
     executable: str
     skills_dir: str
-    package: str
-    model: str  # the model name it is given unless the config names one: a name it accepts  # where it comes from (npm), for the error that says it is not installed
+    package: str  # where it comes from (npm), for the error that says it is not installed
+    model: str  # the model name it is given unless the config names one: a name it accepts
     argv: Callable[[str, str, str, str], list[str]]
     env: Callable[[str, str], dict[str, str]]  # (base_url, private dir) -> variables
 
@@ -69,16 +69,19 @@ def _qwen_argv(exe: str, task: str, url: str, model: str) -> list[str]:
 
 PRESETS: dict[str, Preset] = {
     # The sandbox is skillstate's, so the agent's own (and its approval prompts) are off.
-    "codex": Preset("codex", ".agents/skills", "@openai/codex", "skillstate", _codex_argv,  # the Responses API, streaming
+    # Codex: the Responses API, streaming
+    "codex": Preset("codex", ".agents/skills", "@openai/codex", "skillstate", _codex_argv,
                     lambda url, private: {"CODEX_HOME": f"{private}/codex-home"}),
-    "claude": Preset("claude", ".claude/skills", "@anthropic-ai/claude-code", "sonnet", _claude_argv,  # Anthropic Messages
+    # Claude Code: Anthropic Messages, streaming
+    "claude": Preset("claude", ".claude/skills", "@anthropic-ai/claude-code", "sonnet", _claude_argv,
                      lambda url, private: {"ANTHROPIC_BASE_URL": url.removesuffix("/v1"),
                                            "CLAUDE_CONFIG_DIR": f"{private}/claude-home",
                                            "IS_SANDBOX": "1",  # it is one (skillstate's), so skipping its
                                            # permission prompts is allowed even for a root driver
                                            "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
                                            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}),
-    "qwen": Preset("qwen", ".qwen/skills", "@qwen-code/qwen-code", "skillstate", _qwen_argv,  # chat completions, streaming
+    # Qwen Code: chat completions, streaming
+    "qwen": Preset("qwen", ".qwen/skills", "@qwen-code/qwen-code", "skillstate", _qwen_argv,
                    lambda url, private: {"QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"}),
 }
 UNSUPPORTED = {
