@@ -1,6 +1,6 @@
 """Benchmark: workspace tasks with the built-in agent and with external agents, and the sandbox's cost.
 
-Run on demand:  python bench/bench_harness.py [--agent builtin|command|codex ...] [--set KEY=VALUE ...]
+Run on demand:  python bench/bench_harness.py [--agent builtin|command|codex|qwen|claude ...] [--set KEY=VALUE ...]
                 python bench/bench_harness.py --overhead-only
 
 For each agent, a default offline run on the bundled tasks (examples/skills/workspace.yaml's settings,
@@ -33,7 +33,7 @@ AGENT = ROOT / "examples" / "agents" / "shell_agent.py"
 HARNESS = {"builtin": {"kind": "builtin"},
            "command": {"kind": "command", "command": [sys.executable, str(AGENT), "{task}"],
                        "show": [str(AGENT.parent)]},
-           "codex": {"kind": "codex"}}
+           "codex": {"kind": "codex"}, "qwen": {"kind": "qwen"}, "claude": {"kind": "claude"}}
 
 
 def example_config(agent: str, overrides: list[str]) -> SkillConfig:
@@ -128,7 +128,7 @@ def main() -> None:
     if not args.overhead_only:
         print("| agent | val baseline → best | test baseline → best | target calls | rollouts | s per rollout |")
         print("|---|---|---|---|---|---|")
-        for agent in args.agent or ["builtin", "command", "codex"]:
+        for agent in args.agent or sorted(HARNESS):
             r = one_run(agent, args.set)
             s = r["summary"]
             test = {label: t["hard"] for label, t in s["test"].items()}

@@ -4,8 +4,8 @@
 other kind runs an agent program in the rollout's workspace, in the sandbox, for each rollout:
 1. the run's skills are installed where that agent looks for them (`skills_dir`, e.g. `.agents/skills/`),
    the trained one with its current text beside any distractors;
-2. a journaling proxy (`proxy.server`) is started for the rollout, and the agent is pointed at it, with a
-   placeholder key: each of its model calls becomes one journaled target call of the run;
+2. a journaling proxy (`proxy.server`) is started for the rollout, and the agent is pointed at it with a key
+   made for the rollout: each of its model calls becomes one journaled target call of the run;
 3. the agent runs non-interactively with the task, within its own time and memory limits;
 4. its output (an event stream of JSON lines, for the presets) is the trajectory's `events`, and the
    task's check scores what it left in the workspace (the installed skills removed first).
