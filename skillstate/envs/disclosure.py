@@ -102,9 +102,6 @@ class Installation:
         """Every installed skill with the trained one as `trained_skill` gives it, in name order."""
         return sorted([self.trained_skill(skill), *self.distractors], key=lambda s: s.name)
 
-    def trained_name(self, skill: str) -> str:
-        return self.trained_skill(skill).name
-
 
 def catalogue(skills: Sequence[InstalledSkill]) -> str:
     """The installed skills as the system prompt lists them."""
