@@ -10,10 +10,10 @@ network namespace: the agent reaches its model and nothing else. Without a sandb
 It answers POST .../chat/completions, .../responses and .../messages (Anthropic), streaming or not,
 and GET .../models. A request is read into chat messages and tools (`protocols`), sent as one target
 call, and the reply written back in the API the agent spoke. The agent holds no key of the run's: it is
-given one made for its rollout (the proxy refuses any other), and the run's own key stays in the driver. A target call that failed is answered with
-an error in the agent's API and marks the rollout failed; an exception the call raised (the run's
-budget ran out, the endpoint is unusable) is kept and raised again in the rollout once the agent has
-stopped.
+given one made for its rollout (the proxy refuses any other), and the run's own key stays in the
+driver. A target call that failed is answered with an error in the agent's API and marks the rollout
+failed; an exception the call raised (the run's budget ran out, the endpoint is unusable) stops the
+agent, and is raised again in the rollout.
 """
 
 from __future__ import annotations
