@@ -224,13 +224,29 @@ def bwrap_argv(workspace: Path, inside: str | None = None, binds: dict[str, str]
     masked = [p for p in hidden_paths() if not (ws == p or (ws.startswith(p + "/") and inside is None)
                                                  or p.startswith("/tmp/"))]
     masks = [arg for p in [*masked, *socket_dirs()] for arg in ("--tmpfs", p)]
-    again = [arg for p in [*_shown_again([*masked, "/tmp"]), *(shown or [])] for arg in ("--ro-bind", p, p)]
+    prefixes = _shown_again([*masked, "/tmp"])
+    again = [arg for p in [*prefixes, *_still_hidden(shown or [], [*masked, "/tmp"], prefixes)]
+             for arg in ("--ro-bind", p, p)]
     extra = [arg for host, there in (binds or {}).items() for arg in ("--bind", host, there)]
     return ["bwrap", "--ro-bind", "/", "/", "--tmpfs", "/tmp", *masks, *again, "--bind", ws, at, *extra,
             "--dev", "/dev", "--proc", "/proc",
             "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--chdir", at,
             "--setenv", "HOME", home or at, "--setenv", "TMPDIR", "/tmp", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
             "--setenv", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1", "--"]
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _still_hidden(shown: list[str], masked: list[str], prefixes: list[str]) -> list[str]:
+    """Of the paths to show again, those the sandbox would hide otherwise: under a masked path, and under neither
+    a Python shown again nor another of them (bubblewrap cannot bind over a path a read-only bind holds)."""
+    out: list[str] = []
+    for path in sorted(set(shown), key=len):
+        if _under(path, masked) and not _under(path, [*prefixes, *out]):
+            out.append(path)
+    return out
 
 
 def run_command(command: str, workspace: Path, settings: SandboxSettings, inside: str | None = None) -> CommandResult:
