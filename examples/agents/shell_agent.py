@@ -5,7 +5,7 @@ It is the contract of `env_config.harness.kind: command` in code (docs/workspace
 - its working directory is the task's workspace;
 - the skills are installed under $SKILLSTATE_SKILLS_DIR (one folder per skill, each with a SKILL.md);
 - its model is at $OPENAI_BASE_URL (skillstate's journaling proxy), named $SKILLSTATE_MODEL, with a
-  placeholder key in $OPENAI_API_KEY.
+  key made for this rollout in $OPENAI_API_KEY (never the run's own key).
 
 It lists the skills by name and description in its system prompt and gives the model one tool, `bash`,
 which runs a command in the workspace; the model reads a skill's SKILL.md with it when the skill fits
