@@ -134,7 +134,7 @@ def test_a_recorded_workspace_the_check_disagrees_with_is_found(command_run):
     from types import SimpleNamespace
 
     from skillstate.envs.registry import env_settings, resolve_env
-    from skillstate.envs.workspace.env import _diff
+    from skillstate.envs.workspace.files import diff_of as _diff
 
     store, _path = command_run
     cls = resolve_env("workspace")

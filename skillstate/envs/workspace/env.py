@@ -18,12 +18,8 @@ requests and is served from the journal, as for any environment.
 
 from __future__ import annotations
 
-import difflib
 import json
-import os
 import re
-import shutil
-import stat
 import sys
 import tempfile
 import threading
@@ -35,6 +31,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from skillstate.envs.base import Complete, RolloutOutcome
 from skillstate.envs.episode_loop import clip
 from skillstate.envs.tools import ToolEnv, take_reply
+from skillstate.envs.workspace.files import (
+    MAX_FILE_CHARS,
+    Outside,
+    diff_of,
+    inside,
+    read_text,
+    snapshot,
+    write_file,
+    write_files,
+)
 from skillstate.envs.workspace.harness import HarnessSettings
 from skillstate.envs.workspace.sandbox import SandboxSettings, check_sandbox, head_and_tail, run_command
 from skillstate.errors import UserError
@@ -43,8 +49,6 @@ from skillstate.skilltree.paths import check_path
 from skillstate.util import hash_value
 
 SANDBOX_ROOT = "/tmp/workspace"  # where the workspace is inside the sandbox
-MAX_FILE_CHARS = 200_000  # the most a file the agent reads or writes may hold
-SKIPPED_DIRS = {"__pycache__", ".pytest_cache", ".git", ".mypy_cache", ".ruff_cache"}
 FINISH = "finish"
 
 DEFAULT_SKILL = """# Coding agent
@@ -191,7 +195,7 @@ class WorkspaceEnv(ToolEnv):
     def rollout(self, skill: str, item: dict[str, Any], complete: Complete, prompts: dict[str, str]) -> RolloutOutcome:
         with tempfile.TemporaryDirectory(prefix="skillstate-ws-") as tmp:
             root = Path(tmp) / "workspace"
-            _write_files(root, item["files"])
+            write_files(root, item["files"])
             if self.harness.external:
                 from skillstate.envs.workspace.external import external_rollout
 
@@ -258,7 +262,7 @@ class WorkspaceEnv(ToolEnv):
         stopped: a failed target call (`rollout_error`) or an external agent that failed or ran out of time
         (`harness_`) is never a success, whatever the check says; a reason the check contradicts by passing (out
         of turns, say) is dropped."""
-        diff = _diff(item["files"], _snapshot(root), self.max_diff_chars)
+        diff = diff_of(item["files"], snapshot(root), self.max_diff_chars)
         check = self._check(root, item)
         hard, soft = (1.0, 1.0) if check["exit_code"] == 0 else (0.0, 0.0)
         soft = _soft(check["output"], soft)
@@ -283,18 +287,18 @@ class WorkspaceEnv(ToolEnv):
             return "error: the arguments must be a JSON object", True
         try:
             if name == "list_files":
-                return "\n".join(sorted(_snapshot(root))) or "(no files)", False
+                return "\n".join(sorted(snapshot(root))) or "(no files)", False
             if name == "read_file":
-                path = _inside(root, args.get("path"))
-                text = _read_text(path)
+                path = inside(root, args.get("path"))
+                text = read_text(path)
                 if text is None:
                     return f"error: no regular file {args.get('path')!r}", True
                 return clip(text, MAX_FILE_CHARS), False
             if name == "write_file":
-                path, content = _inside(root, args.get("path")), args.get("content")
+                path, content = inside(root, args.get("path")), args.get("content")
                 if not isinstance(content, str) or len(content) > MAX_FILE_CHARS or "\x00" in content:
                     return f"error: content must be text of at most {MAX_FILE_CHARS:,} characters", True
-                _write_file(root, path.relative_to(root).as_posix(), content, replace=False)
+                write_file(root, path.relative_to(root).as_posix(), content, replace=False)
                 return f"wrote {args.get('path')} ({len(content)} characters)", False
             if name == "run":
                 command = args.get("command")
@@ -304,7 +308,7 @@ class WorkspaceEnv(ToolEnv):
                 return stable(f"{result.summary()}\n{result.output}"), result.exit_code is None and not result.timed_out
             summary = args.get("summary")
             return (summary if isinstance(summary, str) and summary.strip() else "done"), False
-        except _Outside as err:
+        except Outside as err:
             return f"error: {err}", True
         except (OSError, ValueError, RuntimeError) as err:  # what a file system the agent shaped can do
             return f"error: {type(err).__name__}: {getattr(err, 'strerror', None) or err}", True
@@ -313,11 +317,11 @@ class WorkspaceEnv(ToolEnv):
         """The check's result on the finished workspace. A check is a function of the files it runs on, so it
         runs once per distinct workspace in this process (many rollouts end in the same one)."""
         try:
-            _write_files(root, item.get("check_files") or {})
+            write_files(root, item.get("check_files") or {})
         except (OSError, ValueError) as err:  # the agent left something in the way of the check's files
             return {"command": item["check"], "exit_code": None, "timed_out": False,
                     "result": "the check could not be set up", "output": f"{type(err).__name__}: {err}"}
-        key = hash_value([item["check"], _snapshot(root)])
+        key = hash_value([item["check"], snapshot(root)])
         with self._lock:
             found = self._checks.get(key)
         if found is not None:
@@ -346,110 +350,8 @@ class WorkspaceEnv(ToolEnv):
         that a reference solution passes)."""
         with tempfile.TemporaryDirectory(prefix="skillstate-ws-") as tmp:
             root = Path(tmp) / "workspace"
-            _write_files(root, {**item["files"], **files})
+            write_files(root, {**item["files"], **files})
             return self._check(root, item)
-
-
-class _Outside(Exception):
-    pass
-
-
-def _inside(root: Path, raw: Any) -> Path:
-    """The path `raw` names inside the workspace; `_Outside` for anything else (a path that leaves it, or a
-    symlink that points out of it)."""
-    if not isinstance(raw, str) or not raw.strip():
-        raise _Outside("give a path relative to the project's root")
-    try:
-        rel = check_path(raw.strip().removeprefix("./"))
-    except UserError as err:
-        raise _Outside(str(err)) from None
-    path = root / rel
-    resolved = path.resolve()
-    if resolved != root.resolve() and root.resolve() not in resolved.parents:
-        raise _Outside(f"{raw!r} is outside the project")
-    return path
-
-
-def _write_files(root: Path, files: dict[str, str]) -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    for rel, text in files.items():
-        _write_file(root, check_path(rel), text)
-
-
-def _write_file(root: Path, rel: str, text: str, replace: bool = True) -> None:
-    """Write `rel` under `root` without following a symlink anywhere on the way. With `replace` (the check's
-    files) whatever the agent left in the way (a symlink, a file where a directory goes) is replaced; without
-    (the agent's own writes) it is an error."""
-    here = root
-    parts = rel.split("/")
-    for part in parts[:-1]:
-        here = here / part
-        if here.is_symlink() or (here.exists() and not here.is_dir()):
-            if not replace:
-                raise NotADirectoryError(f"{here.relative_to(root).as_posix()} is not a directory")
-            here.unlink()
-        if not here.exists():
-            here.mkdir()
-    target = here / parts[-1]
-    if target.is_symlink() or (target.exists() and not target.is_file()):
-        if not replace:
-            raise IsADirectoryError(f"{rel} is not a regular file")
-        shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink()
-    elif target.exists():
-        target.unlink()
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
-
-
-def _read_text(path: Path, limit: int = MAX_FILE_CHARS) -> str | None:
-    """The start of a regular file's text (a FIFO, a device or a symlink is not read); None when it is none."""
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return None
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        return f.read(limit + 1).decode("utf-8", errors="replace")
-
-
-def _name(raw: str) -> str:
-    """A file name as text, whatever bytes it was made of."""
-    return raw.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-
-
-def _snapshot(root: Path) -> dict[str, str]:
-    """path -> text of the workspace's regular files, with each symlink (to a file or a directory) as its
-    target, never followed; caches skipped."""
-    out: dict[str, str] = {}
-    for dirpath, dirs, files in os.walk(root):
-        for name in sorted(dirs):
-            if os.path.islink(os.path.join(dirpath, name)):
-                files.append(name)  # a symlink to a directory: recorded, not walked
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not os.path.islink(os.path.join(dirpath, d)))
-        for name in sorted(set(files)):
-            path = Path(dirpath) / name
-            rel = _name(path.relative_to(root).as_posix())
-            if path.is_symlink():
-                out[rel] = f"(a symlink to {_name(os.readlink(path))})"
-                continue
-            text = _read_text(path)
-            if text is not None:
-                out[rel] = text
-    return dict(sorted(out.items()))
-
-
-def _diff(before: dict[str, str], after: dict[str, str], limit: int) -> str:
-    lines: list[str] = []
-    for path in sorted(set(before) | set(after)):
-        a, b = before.get(path), after.get(path)
-        if a == b:
-            continue
-        lines.extend(difflib.unified_diff((a or "").splitlines(keepends=True), (b or "").splitlines(keepends=True),
-                                          fromfile=f"a/{path}" if a is not None else "/dev/null",
-                                          tofile=f"b/{path}" if b is not None else "/dev/null"))
-    return clip("".join(lines), limit)
 
 
 def _soft(output: str, default: float) -> float:

@@ -25,6 +25,7 @@ from typing import Any
 
 from skillstate.envs.base import Complete, RolloutOutcome
 from skillstate.envs.episode_loop import clip
+from skillstate.envs.workspace.files import diff_of, snapshot, write_files
 from skillstate.envs.workspace.harness import (
     PROXY_PORT,
     PROXY_SOCKET,
@@ -94,7 +95,6 @@ def _real_dir(root: Path, rel: str) -> Path | None:
 def _remove_installed(root: Path, where: str, names: list[str], item: dict[str, Any]) -> None:
     """Remove the installed skills from the workspace, following no symlink, and put back the project's own
     files they covered (a skill of the project's with an installed one's name)."""
-    from skillstate.envs.workspace.env import _write_files
 
     for name in names:
         folder = _real_dir(root, f"{where}/{name}")
@@ -112,7 +112,7 @@ def _remove_installed(root: Path, where: str, names: list[str], item: dict[str, 
     own = {p: t for p, t in item["files"].items() if any(p.startswith(f"{prefix}{n}/") for n in names)}
     if own:
         try:
-            _write_files(root, own)
+            write_files(root, own)
         except (OSError, ValueError):  # the agent left something in the way: the check sees what it left
             pass
 
@@ -149,7 +149,7 @@ def _final_files(final: dict[str, str], item: dict[str, Any]) -> tuple[dict[str,
 
 def external_rollout(env: Any, tmp: Path, root: Path, skill: str, item: dict[str, Any],
                      complete: Complete) -> RolloutOutcome:
-    from skillstate.envs.workspace.env import SANDBOX_ROOT, _snapshot
+    from skillstate.envs.workspace.env import SANDBOX_ROOT
 
     h = env.harness
     skills = installed_skills(env, skill)
@@ -197,7 +197,7 @@ def external_rollout(env: Any, tmp: Path, root: Path, skill: str, item: dict[str
         reason = "harness_failed: the agent made no model call"
     else:
         reason = ""
-    final = _snapshot(root)  # before the check writes its own files
+    final = snapshot(root)  # before the check writes its own files
     changed, complete_record = _final_files(final, item)
     removed = sorted(p for p in item["files"] if p not in final)
     hard, soft, reason, diff, check = env.judge(root, item, reason)
@@ -217,7 +217,6 @@ def check_recorded(env: Any, item: dict[str, Any], trajectory: Any, result: Any)
     must be this item's, with one proxy exchange per recorded call; the final workspace it records (the
     starting files, the changed ones written over them, the removed ones gone) must give the recorded diff,
     and the task's check, run again on it, the recorded result and score."""
-    from skillstate.envs.workspace.env import _diff, _write_files
 
     if not isinstance(trajectory, dict) or trajectory.get("item_id") != item["id"] or "final_files" not in trajectory:
         return "its trajectory is not a harness rollout of this item"
@@ -229,11 +228,11 @@ def check_recorded(env: Any, item: dict[str, Any], trajectory: Any, result: Any)
                 f"{len(result.calls)}")
     files = {p: t for p, t in item["files"].items() if p not in set(trajectory.get("removed_files") or [])}
     files.update(trajectory["final_files"])
-    if _diff(item["files"], files, env.max_diff_chars) != trajectory.get("diff"):
+    if diff_of(item["files"], files, env.max_diff_chars) != trajectory.get("diff"):
         return "its diff is not that of the final workspace it records"
     with tempfile.TemporaryDirectory(prefix="skillstate-verify-") as tmp:
         root = Path(tmp) / "workspace"
-        _write_files(root, files)
+        write_files(root, files)
         check = env._check(root, item)
     recorded = trajectory.get("check") or {}
     if check["exit_code"] != recorded.get("exit_code"):
