@@ -143,6 +143,7 @@ class SkillEnv:
     kind = "base"
     item_model: ClassVar[type[BaseModel]] = Item
     config_model: ClassVar[type[BaseModel]] = NoConfig
+
     @property
     def replays_agent(self) -> bool:
         """Whether verification re-executes a rollout against the journal. An environment whose target's

@@ -81,7 +81,7 @@ def to_read(body: str, task_type: str, table: dict[str, tuple[str, ...]] | None 
     return out
 
 
-def _calls_made(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], str]]:
+def calls_made(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], str]]:
     """(tool, arguments, output) of every tool call in the conversation so far."""
     outputs = {m.get("tool_call_id"): str(m.get("content") or "") for m in messages if m.get("role") == "tool"}
     made = []
@@ -102,7 +102,7 @@ def skill_calls(messages: list[dict[str, Any]], task_type: str,
     `read_skill_file` calls to make (a list), or, once it has loaded what it wants, the text it loaded (every
     loaded body and file read, which its competence then depends on)."""
     system = next((str(m["content"]) for m in messages if m["role"] == "system"), "")
-    made = _calls_made(messages)
+    made = calls_made(messages)
     loads = [(args, out) for name, args, out in made if name == LOAD_SKILL]
     if not loads:
         wanted = to_load(catalogue_of(system), task_type, table)

@@ -21,7 +21,7 @@ import shlex
 from typing import Any
 
 from skillstate.llm.base import ToolCall
-from skillstate.sim.disclosure import _calls_made, to_load, to_read
+from skillstate.sim.disclosure import calls_made, to_load, to_read
 from skillstate.util import unit_float
 
 # A CLI's shell tool and the argument that holds the command.
@@ -81,8 +81,7 @@ def shell_reply(world: Any, item: dict[str, Any], messages: list[dict[str, Any]]
     from skillstate.sim.coder import TRIGGERS
 
     tool, argument = shell_tool(tools) or ("", "")
-    made = [(args.get(argument), out) for name, args, out in _calls_made(messages) if name == tool]
-    outputs = [out for _cmd, out in made]
+    outputs = [out for name, _args, out in calls_made(messages) if name == tool]
     task_type = item.get("task_type", "")
     turn = sum(1 for m in messages if m["role"] == "assistant") + 1
     plan: list[str] = [CATALOGUE]
