@@ -799,29 +799,6 @@ def test_a_length_that_is_not_a_size_reads_no_body(length):
     assert code == 400 and model.asked == []
 
 
-def test_what_is_still_queued_when_the_agent_is_gone_is_not_sent():
-    """Requests left in the queue when the agent has exited are answered 400 and never sent as calls."""
-    import threading
-
-    model = Model(*[reply("x")] * 5)
-    with AgentProxy(model) as proxy:
-        sent = threading.Event()
-
-        def late() -> None:
-            sent.set()
-            try:
-                post(proxy, "/v1/chat/completions", {"messages": [{"role": "user", "content": "late"}]})
-            except httpx.HTTPError:  # the proxy closed under it: what an agent that exited would never see
-                pass
-
-        def agent() -> None:  # an agent that fires a request on a thread of its own and exits at once
-            threading.Thread(target=late, daemon=True).start()
-            sent.wait()
-
-        proxy.run_while(agent)
-    assert len(model.asked) <= 1  # at most the one that was already being answered as the agent exited
-
-
 def test_a_chunked_request_body_is_read():
     """A body sent with Transfer-Encoding: chunked (no Content-Length) is read whole, not as empty."""
     model = Model(reply("chunked"))
