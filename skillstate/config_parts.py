@@ -103,6 +103,14 @@ class BankConfig(Section):
     general_k: int = Field(6, ge=0, description="template retrieval: how many general skills every task gets.")
     top_k: int = Field(6, ge=1, description="embedding retrieval: at most this many skills per task.")
     similarity_threshold: float = Field(0.4, ge=-1.0, le=1.0, description="embedding retrieval: the cosine floor.")
+    min_retrieved: int = Field(
+        2, ge=0, description="embedding retrieval: every task gets at least this many of its most similar skills, "
+                             "even below similarity_threshold (0: the paper's rule, which may give a task none).")
+    query_category: bool = Field(
+        True, description="embedding retrieval: the task's category is embedded with its description.")
+    mistakes_k: int = Field(
+        3, ge=0, description="Common mistakes per task: its category's and the general ones, most recent first "
+                             "(0: every mistake in every prompt).")
     dedup_threshold: float = Field(
         0.85, gt=0.0, le=1.0, description="A new skill more similar than this to one in the bank is dropped.")
     max_new_skills: int = Field(3, ge=1, description="Skills one distill or evolve call may add.")
@@ -110,6 +118,12 @@ class BankConfig(Section):
     evolution_threshold: float = Field(
         0.4, ge=0.0, le=1.0, description="Categories whose validation success is below this are evolved.")
     evolve_samples: int = Field(8, ge=1, description="Failures shown to the teacher per evolution.")
+    evolve_from: Literal["train", "val"] = Field(
+        "train", description="Where the failures shown to the evolving teacher come from: train (the step's "
+                             "rollouts) or val (the split the evolved bank is then gated on, which leaks it).")
+    gate_distillation: bool = Field(
+        True, description="At each validation, a bank that scores worse than the bank last validated is rolled "
+                          "back to it (its distilled skills are dropped).")
     embedder: Literal["sim", "openai", "local"] = Field(
         "sim", description="sim: a deterministic offline embedder; openai: the embeddings API at the optimizer's "
                            "endpoint; local: all-MiniLM-L6-v2 on the CPU (extra embeddings). openai and local "

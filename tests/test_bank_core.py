@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from skillstate.bank.advantages import group_advantages
 from skillstate.bank.dedup import dedupe
+from skillstate.bank.document import bank_text
 from skillstate.bank.embedding import SimEmbedder, cosine, skill_text, task_text
 from skillstate.bank.evolution import categories_to_evolve, failure_sample_plan
 from skillstate.bank.export import (
@@ -25,7 +26,7 @@ from skillstate.bank.export import (
     sft_rows,
 )
 from skillstate.bank.retrieval import retrieve_embedding, retrieve_template
-from skillstate.bank.skills import MAX_MISTAKES, Bank, BankSkill, SkillProvenance, normalize_text, skill_id
+from skillstate.bank.skills import MAX_MISTAKES, Bank, BankSkill, Mistake, SkillProvenance, normalize_text, skill_id
 from skillstate.bank.trajectories import load_trajectories
 from skillstate.errors import UserError
 
@@ -114,21 +115,46 @@ def test_with_skills_appends_or_replaces_refined_in_place(items, data):
 
 
 MISTAKES = ["Look first", "look  FIRST", "x", " ", "Y", "y", "z"]
+SCOPES = [None, "a", "b"]
 
 
 @SETTINGS
-@given(st.lists(st.lists(st.sampled_from(MISTAKES), max_size=6), max_size=5), st.integers(0, 5))
-def test_with_mistakes_dedupes_case_insensitively_and_caps(batches, cap):
+@given(st.lists(st.lists(st.tuples(st.sampled_from(MISTAKES), st.sampled_from(SCOPES)), max_size=6), max_size=5),
+       st.integers(0, 5))
+def test_with_mistakes_dedupes_per_category_and_caps_each(batches, cap):
     bank = Bank()
     for batch in batches:
-        bank = bank.with_mistakes(batch, cap=cap)
-        keys = [" ".join(m.split()).casefold() for m in bank.mistakes]
-        assert len(keys) == len(set(keys)) <= cap
-        assert all(m.strip() for m in bank.mistakes)
-        last = next((" ".join(m.split()) for m in reversed(batch) if m.strip()), None)
+        bank = bank.with_mistakes([text if scope is None else Mistake(text=text, category=scope)
+                                   for text, scope in batch if text.strip() or scope is None], cap=cap)
+        keys = [(m.category, m.text.casefold()) for m in bank.mistakes]
+        assert len(keys) == len(set(keys))
+        assert all(sum(m.category == scope for m in bank.mistakes) <= cap for scope in SCOPES)
+        assert all(m.text.strip() and m.text == " ".join(m.text.split()) for m in bank.mistakes)
+        last = next(((" ".join(t.split()), c) for t, c in reversed(batch) if t.strip()), None)
         if last is not None and cap > 0:
-            assert bank.mistakes[-1] == last
+            assert (bank.mistakes[-1].text, bank.mistakes[-1].category) == last
     assert len(Bank().with_mistakes([f"m{i}" for i in range(30)]).mistakes) == MAX_MISTAKES
+    both = Bank().with_mistakes([f"m{i}" for i in range(30)] + [Mistake(text=f"c{i}", category="a") for i in range(30)])
+    assert len(both.mistakes) == 2 * MAX_MISTAKES  # the cap is per category
+
+
+def test_mistakes_keep_the_bare_text_form_of_banks_before_categories():
+    old = '{"mistakes":["Look  first","Count twice"],"skills":[]}'
+    bank = Bank.model_validate_json(old)
+    assert [m.text for m in bank.mistakes] == ["Look first", "Count twice"]
+    assert bank_text(bank) == '{"mistakes":["Look first","Count twice"],"skills":[]}'
+    new = bank.with_mistakes([Mistake(text="Carry the one", category="arithmetic")])
+    assert json.loads(bank_text(new))["mistakes"][-1] == {"category": "arithmetic", "text": "Carry the one"}
+    assert Bank.model_validate_json(bank_text(new)) == new
+
+
+def test_a_task_is_shown_its_categorys_and_the_general_mistakes_most_recent_first():
+    bank = Bank().with_mistakes(["g1", Mistake(text="a1", category="a"), Mistake(text="b1", category="b"), "g2",
+                                 Mistake(text="a2", category="a")])
+    assert [m.text for m in bank.mistakes_for("a", 3)] == ["a2", "g2", "a1"]
+    assert [m.text for m in bank.mistakes_for("c", 3)] == ["g2", "g1"]
+    assert [m.text for m in bank.mistakes_for(None, 1)] == ["g2"]
+    assert bank.mistakes_for("a", 0) == bank.mistakes  # every one, oldest first (runs before categories)
 
 
 # -- embeddings -------------------------------------------------------------------
@@ -249,14 +275,17 @@ def test_retrieve_embedding_top_k_above_threshold_sorted(items, category, k, thr
     bank = unique_bank(items)
     vectors = {s.id: data.draw(st.lists(unit, min_size=3, max_size=3)) for s in bank.skills}
     task = data.draw(st.lists(unit, min_size=3, max_size=3))
-    got = retrieve_embedding(bank, category, task, vectors, k=k, threshold=threshold)
-    assert len(got) <= k
-    assert all(r.similarity is not None and r.similarity > threshold for r in got)
+    floor = data.draw(st.integers(0, 8))
+    got = retrieve_embedding(bank, category, task, vectors, k=k, threshold=threshold, min_k=floor)
     keys = [(-(r.similarity or 0.0), r.skill_id) for r in got]
     assert keys == sorted(keys)
     pool = {s.id for s in (*bank.for_category(category), *bank.general())}
-    eligible = sorted((-cosine(task, vectors[i]), i) for i in pool if cosine(task, vectors[i]) > threshold)
-    assert keys == eligible[:k]
+    ranked = sorted((-cosine(task, vectors[i]), i) for i in pool)
+    above = [pair for pair in ranked if -pair[0] > threshold]
+    # the most similar first: all above the threshold, and never fewer than the floor allows, at most k
+    assert keys == ranked[: min(k, max(len(above), min(floor, k)))]
+    if floor == 0:
+        assert all(r.similarity is not None and r.similarity > threshold for r in got)
 
 
 def test_retrieve_embedding_defaults_and_missing_vector():
@@ -288,7 +317,7 @@ def test_advantages_zero_mean_unit_std_finite(group):
     assert len(adv) == len(group) and all(math.isfinite(a) for a in adv)
     assert abs(math.fsum(adv) / len(adv)) <= 1e-9
     if any(adv):
-        assert statistics.pstdev(adv) == pytest.approx(1.0, abs=1e-9)
+        assert statistics.stdev(adv) == pytest.approx(1.0, abs=1e-9)  # the sample deviation, as TRL
     if max(group) - min(group) > 1e-9:
         assert any(adv)
 
@@ -302,7 +331,9 @@ def test_advantages_equal_rewards_give_zeros(value, n):
 def test_advantages_small_cases():
     assert group_advantages([]) == []
     assert group_advantages([0.7]) == [0.0]
-    assert group_advantages([0.0, 1.0]) == [-1.0, 1.0]
+    assert group_advantages([0.0, 1.0]) == pytest.approx([-0.5**0.5, 0.5**0.5])
+    # TRL's GRPOTrainer: (r - mean) / std with torch's (n - 1) deviation, here 0.5 / sqrt(1/3)
+    assert group_advantages([1.0, 0.0, 1.0, 0.0]) == pytest.approx([0.75**0.5, -(0.75**0.5)] * 2)
     with pytest.raises(ValueError):
         group_advantages([math.nan, 1.0])
 
@@ -444,7 +475,7 @@ def test_grpo_rows_prompt_samples_rewards_advantages():
     assert not set(GRPO_COLUMNS) & TRL_REWARD_KWARGS
     first = rows[0]
     assert [m["role"] for m in first["prompt"]] == ["system", "user"] and "Count twice" in first["prompt"][0]["content"]
-    assert first["advantages"] == group_advantages([1.0, 0.0, 1.0, 0.0]) == [1.0, -1.0, 1.0, -1.0]
+    assert first["advantages"] == group_advantages([1.0, 0.0, 1.0, 0.0])
     assert all(isinstance(r, float) for r in first["rewards"])
     assert rows[1]["advantages"] == [0.0, 0.0] and rows[1]["prompt"] == [{"role": "user", "content": "2+2?"}]
     assert json.loads(json.dumps(rows)) == rows

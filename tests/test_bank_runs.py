@@ -220,7 +220,8 @@ def test_embedding_retrieval_through_the_journaled_embeddings_api(tmp_path, sim_
     endpoint = {"base_url": sim_server.base_url}
     cfg = small_config(**BANK, backend="openai", data=str(EXAMPLES / "qa"), batch_size=12,
                        target={"model": "sim-target", **endpoint}, optimizer={"model": "sim-optimizer", **endpoint},
-                       bank={"retrieval": "embedding", "embedder": "openai", "similarity_threshold": 0.05})
+                       bank={"retrieval": "embedding", "embedder": "openai", "similarity_threshold": 0.05,
+                             "min_retrieved": 0})
     result = Trainer(cfg, store=store, run_id="e").train()
     assert result.state.completed
     embedded = [c for c in store.read_calls("e") if c.role == "embedder"]

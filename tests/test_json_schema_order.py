@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from conftest import EXAMPLES
 
 from skillstate.cli.main import cli
-from skillstate.engine.bank import TeacherReply
+from skillstate.engine.bank import EvolveReply, TeacherReply
 from skillstate.engine.parsing import (
     AnalystReply,
     GuidanceReply,
@@ -86,7 +86,7 @@ def _prompt_key_order(text: str) -> list[str]:
     ("failure_analyst", AnalystReply), ("success_analyst", AnalystReply), ("merge", MergeReply),
     ("merge_final", MergeReply), ("failure_suggestions", SuggestionReply), ("failure_rewrite", SkillReply),
     ("rewrite", SkillReply), ("merge_skills", SkillReply), ("slow_update", GuidanceReply),
-    ("meta_skill", MemoReply), ("rank", RankReply), ("distill", TeacherReply), ("evolve", TeacherReply),
+    ("meta_skill", MemoReply), ("rank", RankReply), ("distill", TeacherReply), ("evolve", EvolveReply),
 ])
 def test_each_reply_schema_lists_its_fields_in_the_order_its_prompt_asks_for(prompt, model):
     """A constrained server makes the model write the fields in the schema's order; the prompt's example
@@ -251,3 +251,18 @@ def test_a_zero_price_says_a_local_model_is_free_and_silences_the_warning(sim_se
     assert free.exit_code == 0 and "no price" not in free.output, free.output
     shown = CliRunner().invoke(cli, ["show", "b", "--db", db])
     assert shown.exit_code == 0 and "no price" not in shown.output
+
+
+def test_bank_runs_before_categorized_mistakes_send_the_schema_they_sent():
+    """A run whose stored distill prompt asks for mistakes as bare lines (every bank run before mistakes had
+    categories) sends the teacher's schema as it did, so `optimizer.response_format: json_schema` runs still
+    find their journaled calls on resume and verify (the digest was taken from the code before the change)."""
+    import hashlib
+    import json
+
+    from skillstate.engine.bank import LineMistakesReply
+    from skillstate.engine.parsing import response_format
+
+    sent = json.dumps(response_format("json_schema", LineMistakesReply))
+    assert hashlib.sha256(sent.encode()).hexdigest() == (
+        "ed26094f6ae3383e182dadd704a0b85353f2fc426bd75f07d780f7551b86c163")

@@ -1,5 +1,8 @@
 """GRPO's group-relative advantages: A_i = (R_i - mean R) / std R over the G
-completions of one prompt, with the population standard deviation."""
+completions of one prompt, with the sample standard deviation (divisor
+G - 1), as TRL's GRPOTrainer computes it (torch's `std`). TRL adds 1e-4 to
+the divisor; here a group whose rewards are all equal gets zeros instead,
+and so does a group of one, whose sample deviation is undefined."""
 
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ def group_advantages(rewards: Sequence[float]) -> list[float]:
     if any(not math.isfinite(r) for r in rewards):
         raise ValueError("rewards must be finite numbers")
     n = len(rewards)
-    if n == 0:
-        return []
+    if n < 2:
+        return [0.0] * n
     # Deviations from the smallest reward first: for close rewards of large
     # magnitude those differences are exact, so the mean is not lost in
     # rounding, and a group of equal rewards gives exact zeros.
@@ -29,7 +32,7 @@ def group_advantages(rewards: Sequence[float]) -> list[float]:
     if scale <= ZERO_STD:
         return [0.0] * n
     # Scaled first, so that squaring large rewards cannot overflow.
-    std = scale * math.sqrt(math.fsum((d / scale) ** 2 for d in deviations) / n)
+    std = scale * math.sqrt(math.fsum((d / scale) ** 2 for d in deviations) / (n - 1))
     if std <= ZERO_STD:
         return [0.0] * n
     return [d / std for d in deviations]

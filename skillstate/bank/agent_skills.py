@@ -72,7 +72,8 @@ def bank_skill_trees(bank: Bank) -> list[tuple[str, SkillTree]]:
            for skill in bank.skills for name in [_unique(slug(skill.title, slug(f"skill {skill.id}", "skill")), taken)]]
     if bank.mistakes:
         name = _unique(MISTAKES, taken)
-        body = "# Common mistakes\n\nAvoid these:\n\n" + "".join(f"- {' '.join(m.split())}\n" for m in bank.mistakes)
+        lines = [f"- {m.text}" + (f" (in {m.category} tasks)" if m.category else "") for m in bank.mistakes]
+        body = "# Common mistakes\n\nAvoid these:\n\n" + "".join(f"{line}\n" for line in lines)
         out.append((name, _tree(name, "Mistakes seen on earlier tasks of every kind, to avoid. Use for any task.",
                                 body)))
     return out

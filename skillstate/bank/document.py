@@ -56,8 +56,10 @@ def retrieve(bank: Bank, item: dict[str, Any], config: BankConfig, embedder: Emb
         candidates = [*bank.for_category(category), *bank.general()]
         vectors = dict(zip([s.id for s in candidates], embedder.embed([skill_text(s) for s in candidates]),
                            strict=True))
-        (task_vector,) = embedder.embed([task_text(task_description(item))])
-        chosen = retrieve_embedding(bank, category, task_vector, vectors, config.top_k, config.similarity_threshold)
+        query = task_text(task_description(item), category if config.query_category else None)
+        (task_vector,) = embedder.embed([query])
+        chosen = retrieve_embedding(bank, category, task_vector, vectors, config.top_k, config.similarity_threshold,
+                                    config.min_retrieved)
     return [RetrievedSkill(skill_id=r.skill_id, similarity=r.similarity) for r in chosen]
 
 
@@ -67,4 +69,4 @@ def prompt_for(bank_json: str, item: dict[str, Any], config: BankConfig,
     bank = read_bank(bank_json)
     chosen = retrieve(bank, item, config, embedder)
     skills = [s for r in chosen if (s := bank.by_id(r.skill_id)) is not None]
-    return render_skills(skills, bank.mistakes), chosen
+    return render_skills(skills, [m.text for m in bank.mistakes_for(category_of(item), config.mistakes_k)]), chosen

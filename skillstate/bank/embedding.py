@@ -100,7 +100,13 @@ def skill_text(skill: BankSkill) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def task_text(description: str) -> str:
+def task_text(description: str, category: str | None = None) -> str:
     """The text embedded for a task: its description with whitespace runs
-    collapsed (the category is not added: retrieval filters by it)."""
-    return " ".join(description.split())
+    collapsed, after its category (underscores as spaces) when one is given.
+    Retrieval filters by category too, but a description that never names
+    its kind of task (`What is 20 + 9 × 4?`) is otherwise far from every
+    skill for that kind."""
+    text = " ".join(description.split())
+    if category and category.strip():
+        return f"{' '.join(category.replace('_', ' ').split())}: {text}"
+    return text

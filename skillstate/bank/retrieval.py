@@ -7,7 +7,10 @@ Two modes, as in SkillRL:
   official `SkillsOnlyMemory` retriever use for the general tier.
 - embedding (the paper's): the top K skills, over the category's skills and
   the general tier, whose cosine similarity to the task is above a threshold
-  (K = 6, threshold 0.4).
+  (K = 6, threshold 0.4). A threshold suits one embedder and not another
+  (the offline sim embedder's related texts rarely pass 0.4, nor do many of
+  all-MiniLM-L6-v2's), so a floor `min_k` gives every task its `min_k` most
+  similar candidates even below it; `min_k` 0 is the paper's rule.
 """
 
 from __future__ import annotations
@@ -46,16 +49,19 @@ def retrieve_embedding(
     skill_vectors: Mapping[str, Sequence[float]],
     k: int = DEFAULT_K,
     threshold: float = DEFAULT_RETRIEVAL_THRESHOLD,
+    min_k: int = 0,
 ) -> list[Retrieved]:
-    """At most `k` of the category's and the general skills whose similarity
-    to the task is strictly above `threshold`, most similar first, ties by id.
-    Raises KeyError naming a candidate skill with no vector."""
+    """At most `k` of the category's and the general skills, most similar
+    first (ties by id): those whose similarity to the task is strictly above
+    `threshold`, and at least the `min(min_k, k)` most similar whatever
+    their similarity. Raises KeyError naming a candidate skill with no
+    vector."""
     scored: list[tuple[float, str]] = []
     for skill in (*bank.for_category(category), *bank.general()):
         if skill.id not in skill_vectors:
             raise KeyError(f"no embedding for skill {skill.id}")
-        similarity = cosine(task_vector, skill_vectors[skill.id])
-        if similarity > threshold:
-            scored.append((similarity, skill.id))
+        scored.append((cosine(task_vector, skill_vectors[skill.id]), skill.id))
     scored.sort(key=lambda pair: (-pair[0], pair[1]))
-    return [Retrieved(skill_id=sid, similarity=sim) for sim, sid in scored[: max(0, k)]]
+    floor = min(max(0, min_k), max(0, k))
+    chosen = [pair for i, pair in enumerate(scored[: max(0, k)]) if i < floor or pair[0] > threshold]
+    return [Retrieved(skill_id=sid, similarity=sim) for sim, sid in chosen]

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from skillstate.util import sha256_text
 
@@ -93,8 +93,46 @@ class BankSkill(_Frozen):
         )
 
 
-def _mistake_key(text: str) -> str:
-    return " ".join(text.split()).casefold()
+class Mistake(_Frozen):
+    """A common mistake: one line, and the task category it was seen in
+    (None: any task's). A general mistake is stored as its bare text, the
+    form every mistake had before they had categories, so those banks keep
+    their JSON (and their blobs' hashes)."""
+
+    text: str = Field(min_length=1)
+    category: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_line(cls, data: Any) -> Any:
+        """A bare string is a general mistake; whitespace runs become one space."""
+        if isinstance(data, str):
+            data = {"text": data}
+        if isinstance(data, dict) and isinstance(data.get("text"), str):
+            data = {**data, "text": " ".join(data["text"].split())}
+        return data
+
+    @model_validator(mode="after")
+    def _named_category(self) -> Mistake:
+        if self.category is not None and not self.category.strip():
+            raise ValueError("a mistake's category is a name or null")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _as_text_when_general(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return self.text if self.category is None else handler(self)
+
+    @classmethod
+    def of(cls, raw: str | Mistake) -> Mistake | None:
+        """A mistake from a line (whitespace runs collapsed) or a Mistake; None for a blank line."""
+        if isinstance(raw, Mistake):
+            return raw
+        text = " ".join(raw.split())
+        return cls(text=text) if text else None
+
+
+def _mistake_key(mistake: Mistake) -> tuple[str, str]:
+    return mistake.category or "", mistake.text.casefold()
 
 
 class Bank(_Frozen):
@@ -102,7 +140,7 @@ class Bank(_Frozen):
     it) and the common mistakes, oldest first."""
 
     skills: tuple[BankSkill, ...] = ()
-    mistakes: tuple[str, ...] = ()
+    mistakes: tuple[Mistake, ...] = ()
 
     @model_validator(mode="after")
     def _unique(self) -> Bank:
@@ -111,8 +149,17 @@ class Bank(_Frozen):
             raise ValueError("skill ids in a bank must be unique")
         keys = [_mistake_key(m) for m in self.mistakes]
         if len(set(keys)) != len(keys):
-            raise ValueError("mistakes in a bank must be unique (case-insensitively)")
+            raise ValueError("mistakes in a bank must be unique (case-insensitively, per category)")
         return self
+
+    def mistakes_for(self, category: str | None, k: int) -> tuple[Mistake, ...]:
+        """The mistakes a task of `category` is shown: with `k` 0 every one,
+        oldest first (as before mistakes had categories); else the `k` most
+        recent of its category's and the general ones, most recent first."""
+        if k <= 0:
+            return self.mistakes
+        mine = [m for m in reversed(self.mistakes) if m.category is None or m.category == category]
+        return tuple(mine[:k])
 
     def general(self) -> tuple[BankSkill, ...]:
         return tuple(s for s in self.skills if s.tier == "general")
@@ -145,17 +192,26 @@ class Bank(_Frozen):
                 skills[index] = skill
         return Bank(skills=tuple(skills), mistakes=self.mistakes)
 
-    def with_mistakes(self, new: Iterable[str], cap: int = MAX_MISTAKES) -> Bank:
-        """Append `new` (stripped, blanks skipped). A mistake already listed,
-        compared case- and whitespace-insensitively, moves to the end as the
-        most recent; then only the `cap` most recent are kept."""
-        kept: dict[str, str] = {_mistake_key(m): m for m in self.mistakes}
+    def with_mistakes(self, new: Iterable[str | Mistake], cap: int = MAX_MISTAKES) -> Bank:
+        """Append `new` (lines have whitespace runs collapsed; blanks are
+        skipped). A mistake already listed in the same category, compared
+        case-insensitively, moves to the end as the most recent; then only
+        the `cap` most recent of each category (and of the general ones) are
+        kept."""
+        kept: dict[tuple[str, str], Mistake] = {_mistake_key(m): m for m in self.mistakes}
         for raw in new:
-            text = " ".join(raw.split())
-            if not text:
+            mistake = Mistake.of(raw)
+            if mistake is None:
                 continue
-            key = _mistake_key(text)
+            key = _mistake_key(mistake)
             kept.pop(key, None)
-            kept[key] = text
-        recent = list(kept.values())[-cap:] if cap > 0 else []
-        return Bank(skills=self.skills, mistakes=tuple(recent))
+            kept[key] = mistake
+        ordered = list(kept.values())
+        left: dict[str, int] = {}
+        recent = []
+        for m in reversed(ordered):  # the newest first, so each scope keeps its `cap` most recent
+            scope = m.category or ""
+            if left.setdefault(scope, cap) > 0:
+                left[scope] -= 1
+                recent.append(m)
+        return Bank(skills=self.skills, mistakes=tuple(reversed(recent)))

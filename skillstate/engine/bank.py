@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from skillstate.bank.dedup import DroppedSkill, dedupe
 from skillstate.bank.document import bank_text, category_of, read_bank
 from skillstate.bank.evolution import categories_to_evolve, failure_sample_plan
-from skillstate.bank.skills import Bank, BankSkill, Origin, SkillProvenance, normalize_text
+from skillstate.bank.skills import Bank, BankSkill, Mistake, Origin, SkillProvenance, normalize_text
 from skillstate.bank.trajectories import Trajectory
 from skillstate.config import SkillConfig
 from skillstate.engine.context import RunContext, item_view
@@ -38,11 +38,60 @@ class ProposedSkill(BaseModel):
     refines: str | None = None
 
 
+class ProposedMistake(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    text: str = ""
+    category: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_line(cls, data: Any) -> Any:
+        return {"text": data} if isinstance(data, str) else data  # a bare line: a general mistake
+
+
 class TeacherReply(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     skills: list[ProposedSkill]
+    mistakes: list[ProposedMistake] = []
+
+
+# The reply of runs whose distill prompt asks for mistakes as bare lines (every run before mistakes had
+# categories): its JSON schema, sent with `optimizer.response_format: json_schema`, is byte for byte what they
+# sent (no docstring: it would become the schema's description).
+class LineMistakesReply(BaseModel):
+    model_config = ConfigDict(extra="ignore", title="TeacherReply")
+
+    skills: list[ProposedSkill]
     mistakes: list[str] = []
+
+
+LineMistakesReply.__name__ = "TeacherReply"  # the schema's name those runs sent, so their requests hash as they did
+class EvolveReply(BaseModel):  # what the evolve prompt asks for: skills (new, or refining one), no mistakes
+    model_config = ConfigDict(extra="ignore")
+
+    skills: list[ProposedSkill]
+
+
+def teacher_reply(ctx: RunContext, phase: str) -> type[BaseModel]:
+    """The reply shape the run's own prompt for `phase` (distill or evolve) asks for; a run whose distill prompt
+    asks for mistakes as bare lines asked both in that one shape."""
+    if '"mistakes": ["' in ctx.prompts["distill"]:
+        return LineMistakesReply
+    return TeacherReply if phase == "distill" else EvolveReply
+
+
+def _mistakes(reply: TeacherReply | LineMistakesReply, known: list[str]) -> list[Mistake]:
+    """The reply's mistakes, blanks skipped, each filed under the category the data spells (a category the data
+    does not have, or none, makes it general)."""
+    out = []
+    for raw in reply.mistakes:
+        proposed = ProposedMistake.model_validate(raw)
+        category, ok = _category(proposed.category, known)
+        if (mistake := Mistake.of(proposed.text)) is not None:
+            out.append(Mistake(text=mistake.text, category=category if ok else None))
+    return out
 
 
 def validation_due(config: SkillConfig, state: RunState) -> bool:
@@ -73,6 +122,10 @@ def skip_reason(config: SkillConfig, state: RunState) -> str | None:
         return None
     added = len(p.distilled.added)
     distilled = f"distilled {added} skill{'s' * (added != 1)} into the bank"
+    v = p.validated
+    if v is not None and v.kept is False:
+        distilled += (f"; rolled back to the bank last validated (val {v.scores.gate:.3f} < "
+                      f"{v.checked_score or 0.0:.3f})")
     if p.evolved is None:
         return f"{distilled}; the bank is validated every {config.bank.validation_interval} steps"
     if p.evolved.status == "skipped":
@@ -140,14 +193,14 @@ def _parsed(result: Any) -> tuple[str, TeacherReply | None]:
 
 
 def _ask(ctx: RunContext, state: RunState, prompt: str, bank: Bank, origin: Origin,
-         item_ids: list[str]) -> tuple[str, list[BankSkill], list[DroppedSkill], list[str], Any]:
+         item_ids: list[str]) -> tuple[str, list[BankSkill], list[DroppedSkill], list[Mistake], Any]:
     """One teacher call: (status, added, dropped, mistakes, call ref)."""
-    result = ctx.optimizer(prompt, reply=TeacherReply)
+    result = ctx.optimizer(prompt, reply=teacher_reply(ctx, origin))
     status, reply = _parsed(result)
     if reply is None:
         return status, [], [], [], result.ref
     added, dropped = _admit(ctx, bank, reply, origin, step_progress(state).step, item_ids)
-    return status, added, dropped, [m.strip() for m in reply.mistakes if m.strip()], result.ref
+    return status, added, dropped, _mistakes(reply, known_categories(ctx)), result.ref
 
 
 def _trajectory_view(t: Trajectory, max_steps: int, max_chars: int) -> dict[str, Any]:
@@ -181,7 +234,8 @@ def seed_bank(ctx: RunContext, state: RunState) -> list[Event]:
                        known_categories=", ".join(known_categories(ctx)), successes=to_json(views[0]),
                        failures=to_json(views[1]), max_new=cfg.bank.max_new_skills)
 
-    results = ctx.map(lambda text: ctx.optimizer(text, reply=TeacherReply), [prompt(c) for c in chunks])
+    shape = teacher_reply(ctx, "distill")
+    results = ctx.map(lambda text: ctx.optimizer(text, reply=shape), [prompt(c) for c in chunks])
     statuses, added, dropped, mistakes = [], [], [], []
     for (won, lost), result in zip(chunks, results, strict=True):
         status, reply = _parsed(result)
@@ -189,25 +243,37 @@ def seed_bank(ctx: RunContext, state: RunState) -> list[Event]:
         if reply is None:
             continue
         new, gone = _admit(ctx, bank, reply, "import", 0, [t.id for t in won + lost])
-        bank = bank.with_skills(new).with_mistakes(m.strip() for m in reply.mistakes if m.strip())
+        seen = _mistakes(reply, known_categories(ctx))
+        bank = bank.with_skills(new).with_mistakes(seen)
         added += new
         dropped += gone
-        mistakes += [m.strip() for m in reply.mistakes if m.strip()]
+        mistakes += seen
     skill = ctx.put_blob(bank_text(bank)) if bank != start else base
     return [BankSeeded(base_skill=base, skill=skill, statuses=statuses, added=added, dropped=dropped,
                        mistakes=mistakes, calls=[r.ref for r in results])]
+
+
+def retrieval_warning(bank: Bank, results: list[ItemResult], retrieval: str) -> str | None:
+    """What to warn of when a bank with skills gave none of a stage's rollouts any skill, or None."""
+    if not bank.skills or not results or any(r.retrieved for r in results):
+        return None
+    hint = (" (bank.similarity_threshold is above every similarity: lower it, or set bank.min_retrieved)"
+            if retrieval == "embedding" else " (no skill of their categories, and bank.general_k is 0)")
+    return f"none of the {len(results)} rollouts was given a skill from the bank of {len(bank.skills)}{hint}"
 
 
 def distill(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
     cfg = ctx.config
     results = need(p.rollout, "RolloutCompleted").results
+    bank = read_bank(ctx.blob(p.base_skill))
+    if (warning := retrieval_warning(bank, results, cfg.bank.retrieval)) is not None:
+        ctx.warn(f"step {p.step}: {warning}")
     rng = seeded_rng("distill", cfg.seed, p.step)
     shown: dict[str, list[ItemResult]] = {}
     for side, keep in (("successes", True), ("failures", False)):
         side_results = [r for r in results if (r.hard >= 1) == keep]
         shown[side] = rng.sample(side_results, min(cfg.minibatch_size, len(side_results)))
-    bank = read_bank(ctx.blob(p.base_skill))
     prompt = compose(ctx, state, "distill", bank=to_json(bank.model_dump(mode="json")),
                      known_categories=", ".join(known_categories(ctx)),
                      successes=to_json(_views(ctx, shown["successes"])),
@@ -224,20 +290,38 @@ def validate_bank(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
     split, skill = ctx.config.val_split, need(state.current_skill, "the current bank")
     scores, blob, usage = evaluate_cached(ctx, state, skill, split)
+    checked, checked_score, kept = None, None, None
+    before = state.score_cache.get(cache_key(split, state.bank_checked or ""))
+    if ctx.config.bank.gate_distillation and state.bank_checked not in (None, skill) and before is not None:
+        checked, checked_score, kept = state.bank_checked, before.gate, scores.gate >= before.gate
     return [BankValidated(step=p.step, split=split, skill=skill, scores=scores, cached=blob is None, results=blob,
-                          usage_by_role=usage)]
+                          usage_by_role=usage, checked=checked, checked_score=checked_score, kept=kept)]
+
+
+def _failure_pool(ctx: RunContext, state: RunState) -> list[ItemResult]:
+    """The results whose failures the evolving teacher may be shown: the step's rollouts on train
+    (`bank.evolve_from: train`), or the bank's validation on val, the split the evolved bank is gated on."""
+    p = step_progress(state)
+    if ctx.config.bank.evolve_from == "train":
+        return list(need(p.rollout, "RolloutCompleted").results)
+    validated = need(p.validated, "BankValidated")
+    blob = state.results_cache.get(cache_key(validated.split, need(state.current_skill, "the current bank")))
+    return [ItemResult.model_validate(r) for r in json.loads(ctx.blob(blob))] if blob else []
 
 
 def evolve(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
     cfg, bcfg = ctx.config, ctx.config.bank
     validated = need(p.validated, "BankValidated")
-    rates = {t: s.hard for t, s in validated.scores.by_task_type.items()}
+    scores = validated.scores
+    if validated.kept is False:  # rolled back: the restored bank's own rates
+        scores = need(state.score_cache.get(cache_key(validated.split, need(validated.checked, "a bank"))),
+                      "the restored bank's scores")
+    rates = {t: s.hard for t, s in scores.by_task_type.items()}
     weak = categories_to_evolve(rates, bcfg.evolution_threshold)
     if not weak:
-        return [BankEvolved(step=p.step, rates=rates, categories=[], status="skipped")]
-    blob = state.results_cache.get(cache_key(validated.split, validated.skill))
-    results = [ItemResult.model_validate(r) for r in json.loads(ctx.blob(blob))] if blob else []
+        return [BankEvolved(step=p.step, rates=rates, categories=[], status="skipped", source=bcfg.evolve_from)]
+    results = _failure_pool(ctx, state)
     failed: dict[str, list[str]] = {}
     for r in results:
         if r.hard < 1:
@@ -255,7 +339,7 @@ def evolve(ctx: RunContext, state: RunState) -> list[Event]:
                      failures=to_json(_views(ctx, shown)), max_new=bcfg.max_new_skills)
     status, added, dropped, _mistakes, call = _ask(ctx, state, prompt, bank, "evolve", [r.item_id for r in shown])
     events: list[Event] = [BankEvolved(step=p.step, rates=rates, categories=weak, samples=samples, status=status,
-                                       added=added, dropped=dropped, call=call)]
+                                       added=added, dropped=dropped, call=call, source=bcfg.evolve_from)]
     if added:
         base = need(state.current_skill, "the current bank")
         candidate = ctx.put_blob(bank_text(bank.with_skills(added)))

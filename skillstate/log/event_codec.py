@@ -136,6 +136,18 @@ def _v9_train_files(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "config": config}
 
 
+def _v10_bank(payload: dict[str, Any]) -> dict[str, Any]:
+    """Runs written before RunStarted v11 (RunForked v9) in mode bank showed the evolving teacher val's failures,
+    kept distilled skills ungated, retrieved by the task's description alone with no floor, and put every
+    common mistake in every prompt: a config without the keys meant that."""
+    config = dict(payload.get("config", {}))
+    bank = dict(config.get("bank") or {})
+    for key, value in (("evolve_from", "val"), ("gate_distillation", False), ("min_retrieved", 0),
+                       ("query_category", False), ("mistakes_k", 0)):
+        bank.setdefault(key, value)
+    return {**payload, "config": {**config, "bank": bank}}
+
+
 def _v1_gate(payload: dict[str, Any]) -> dict[str, Any]:
     """GateDecided v2 adds the robust rules' verdicts; a v1 decision was the strict rule's alone."""
     return payload
@@ -158,6 +170,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunStarted", 9): _v9_train_files,
     ("RunForked", 7): _v9_train_files,
     ("RunForked", 6): _v7_front_matter,
+    ("RunStarted", 10): _v10_bank,
+    ("RunForked", 8): _v10_bank,
     ("GateDecided", 1): _v1_gate,
 }
 

@@ -10,7 +10,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from skillstate.bank.dedup import DroppedSkill
-from skillstate.bank.skills import BankSkill
+from skillstate.bank.skills import BankSkill, Mistake
 from skillstate.log.events import Event
 from skillstate.log.values import CallRef, Scores, Usage, usage_of
 
@@ -28,7 +28,7 @@ class SkillsDistilled(Event):
     status: str  # ok | unparseable | error
     added: list[BankSkill] = Field(default_factory=list)
     dropped: list[DroppedSkill] = Field(default_factory=list)
-    mistakes: list[str] = Field(default_factory=list)
+    mistakes: list[Mistake] = Field(default_factory=list)
     call: CallRef | None = None
 
     def blob_refs(self) -> list[str]:
@@ -49,7 +49,7 @@ class BankSeeded(Event):
     statuses: list[str]  # per teacher call: ok | unparseable | error
     added: list[BankSkill] = Field(default_factory=list)
     dropped: list[DroppedSkill] = Field(default_factory=list)
-    mistakes: list[str] = Field(default_factory=list)
+    mistakes: list[Mistake] = Field(default_factory=list)
     calls: list[CallRef] = Field(default_factory=list)
 
     def blob_refs(self) -> list[str]:
@@ -61,7 +61,14 @@ class BankSeeded(Event):
 
 class BankValidated(Event):
     """The current bank scored on the selection split, per category; its
-    score becomes the current score (and the best when it beats it)."""
+    score becomes the current score (and the best when it beats it).
+
+    With `bank.gate_distillation`, the bank is compared with `checked`, the
+    bank last validated and kept (or accepted by the gate), whose gate score
+    is `checked_score`: when it scores lower (`kept` false), the skills
+    distilled since are dropped and `checked` is the current bank again,
+    with its score. `kept` None: no comparison (the bank is the one last
+    validated, or the run predates the rule)."""
 
     type: ClassVar[str] = "BankValidated"
     step: int
@@ -71,9 +78,12 @@ class BankValidated(Event):
     cached: bool = False
     results: str | None = None
     usage_by_role: dict[str, Usage] = Field(default_factory=dict)
+    checked: str | None = None
+    checked_score: float | None = None
+    kept: bool | None = None
 
     def blob_refs(self) -> list[str]:
-        return [self.skill] + ([self.results] if self.results else [])
+        return [self.skill] + ([self.results] if self.results else []) + ([self.checked] if self.checked else [])
 
     def usage(self) -> dict[str, Usage]:
         return self.usage_by_role
@@ -89,6 +99,7 @@ class BankEvolved(Event):
     rates: dict[str, float]
     categories: list[str]  # below the threshold, worst first
     samples: dict[str, list[str]] = Field(default_factory=dict)  # category -> failed item ids shown
+    source: str = "val"  # the split the failures shown came from (bank.evolve_from; val before it existed)
     status: str  # ok | unparseable | error | skipped (no category below the threshold)
     added: list[BankSkill] = Field(default_factory=list)
     dropped: list[DroppedSkill] = Field(default_factory=list)

@@ -210,7 +210,7 @@ def reduce(state: RunState, event: Event) -> RunState:
             raise FoldError("BaselineEvaluated twice")
         key = cache_key(event.split, event.skill)
         return replace(state, baseline=event.scores, current_score=event.scores.gate, best_score=event.scores.gate,
-                       best_step=0, score_cache=_with(state.score_cache, key, event.scores),
+                       best_step=0, bank_checked=event.skill, score_cache=_with(state.score_cache, key, event.scores),
                        results_cache=_with(state.results_cache, key, event.results))
 
     if isinstance(event, StepStarted):
@@ -291,11 +291,18 @@ def reduce(state: RunState, event: Event) -> RunState:
 
     if isinstance(event, BankValidated):
         p = _progress(state, event)
+        if event.skill != state.current_skill:
+            raise FoldError("BankValidated of a bank that is not the current one")
         key = cache_key(event.split, event.skill)
         new = replace(state, progress=replace(p, validated=event), current_score=event.scores.gate,
-                      score_cache=_with(state.score_cache, key, event.scores))
+                      score_cache=_with(state.score_cache, key, event.scores), bank_checked=event.skill)
         if event.results:
             new = replace(new, results_cache=_with(state.results_cache, key, event.results))
+        if event.kept is False:  # distillation rolled back: the bank last kept is current again
+            if event.checked is None or event.checked_score is None:
+                raise FoldError("BankValidated rolls back to no bank")
+            return replace(new, current_skill=event.checked, current_score=event.checked_score,
+                           bank_checked=event.checked)
         if state.best_score is None or event.scores.gate > state.best_score:
             new = replace(new, best_skill=event.skill, best_score=event.scores.gate, best_step=event.step)
         return new
@@ -308,10 +315,12 @@ def reduce(state: RunState, event: Event) -> RunState:
         p = _progress(state, event)
         current_skill, current_score = state.current_skill, state.current_score
         best_skill, best_score, best_step = state.best_skill, state.best_score, state.best_step
+        bank_checked = state.bank_checked
         if event.decision in gate_rules.ACCEPTED:
             if p.candidate is None or event.candidate_score is None:
                 raise FoldError("GateDecided accepts a step without a candidate")
             current_skill, current_score = p.candidate.skill, event.candidate_score
+            bank_checked = p.candidate.skill
             if event.decision == gate_rules.ACCEPT_BEST:
                 best_skill, best_score, best_step = p.candidate.skill, event.candidate_score, event.step
         rejected_edits = state.rejected_edits
@@ -324,7 +333,7 @@ def reduce(state: RunState, event: Event) -> RunState:
                             reason=event.reason, forced=event.forced)
         return replace(state, progress=None, history=state.history + (record,), rejected_edits=rejected_edits,
                        buffer=state.buffer + (_buffer_entry(p, event),),
-                       current_skill=current_skill, current_score=current_score,
+                       current_skill=current_skill, current_score=current_score, bank_checked=bank_checked,
                        best_skill=best_skill, best_score=best_score, best_step=best_step)
 
     if isinstance(event, TestEvaluated):

@@ -163,6 +163,7 @@ class RunState:
     trajectories: str | None = None  # mode bank: the imported trajectories' blob
     seeded: bool = False  # mode bank: the imported trajectories were distilled (BankSeeded)
     start_skill: str | None = None  # what the baseline scores and step 1 starts from: the initial skill or seeded bank
+    bank_checked: str | None = None  # mode bank: the bank last scored on val and kept (distillation rolls back to it)
     prune: PruneProposed | None = None  # prune: the proposal awaiting its decision
     pruned_step: int = 0  # prune: the last step after which the prune was decided
     prune_rejected: tuple[tuple[str, str], ...] = ()  # prune: (skill, line) of each deletion the gate turned down

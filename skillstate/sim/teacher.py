@@ -56,7 +56,8 @@ class SimTeacher:
             proposals.append(_skill("general care", rng.choice(self.world.useless), None))
         if rng.random() < 0.3 and (dup := self._duplicate(bank, rng)) is not None:
             proposals.insert(0, dup)
-        mistakes = [f"Skipping the {kind.replace('_', ' ')} procedure" for (_, kind), _ in kinds.most_common(2) if kind]
+        mistakes = [{"text": f"Skipping the {kind.replace('_', ' ')} procedure", "category": category or None}
+                    for (category, kind), _ in kinds.most_common(2) if kind]
         return json.dumps({"skills": proposals, "mistakes": mistakes})
 
     def evolve(self, bank: dict[str, Any], rates: dict[str, float], failures: list[dict], max_new: int,
