@@ -433,5 +433,18 @@ def diff(args, db) -> None:
     run_id, a, b = (None, *args) if len(args) == 2 else args
     steps = parse_step(a), parse_step(b)
     store = open_store(db, create=False)
-    _, text = skill_diff(store, run_id, *steps)
+    from skillstate.engine.runner import load_run
+
+    loaded = load_run(store, run_id)
+    if loaded.state.config.get("mode") == "bank":  # a bank: skills added, dropped, refined; not a JSON line diff
+        from skillstate.bank.document import read_bank
+        from skillstate.cli.bank_view import bank_diff_lines
+        from skillstate.reading.bank_diff import bank_diff
+        from skillstate.reading.history import chosen_skill
+
+        banks = [read_bank(store.get_blob(chosen_skill(loaded, s))) for s in steps]
+        labels = [f"{loaded.run_id}@step_{s}" for s in steps]
+        click.echo("\n".join(bank_diff_lines(bank_diff(*banks), *labels)))
+        return
+    _, text = skill_diff(store, loaded.run_id, *steps)
     click.echo(text or "(no difference)", nl=not text.endswith("\n"))

@@ -307,8 +307,14 @@ def bank_lines(bank, width: int | None = None) -> list[str]:
     return lines
 
 
-def history_lines(history, width: int | None = None) -> list[str]:
-    """`show`'s table of steps: the budget, the decision and the scores of each."""
+def history_lines(history, width: int | None = None, labels: dict[int, str] | None = None) -> list[str]:
+    """`show`'s table of steps: the budget, the decision and the scores of each. With `labels` (a bank run's,
+    `skillstate.reading.bank_steps.step_labels`): what each step did instead of a budget and a decision."""
+    if labels is not None:
+        rows = [[rec.step, rec.epoch, labels.get(rec.step, rec.decision), fmt(rec.candidate_score),
+                 fmt(rec.current_score), fmt(rec.best_score)] for rec in history]
+        return table_lines([Col("step", num=True), Col("epoch", num=True), Col("what the step did", shrink=True),
+                            Col("candidate", num=True), Col("current", num=True), Col("best", num=True)], rows, width)
     rows = [[rec.step, rec.epoch, rec.edit_budget, rec.decision, fmt(rec.candidate_score), fmt(rec.current_score),
              fmt(rec.best_score)] for rec in history]
     cols = [Col("step", num=True), Col("epoch", num=True), Col("budget", num=True), Col("decision", shrink=True),

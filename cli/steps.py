@@ -16,8 +16,11 @@ def step_text(d: dict[str, Any], width: int | None = None) -> str:
     def item(label: str, text: str) -> str:  # one entry of a list, indented, cut to the width
         return clip(f"  {label}: {one_line(text)}", width)
 
+    budget = "" if "bank_label" in d else f"budget {d.get('edit_budget')}, "  # a bank step edits no document
     lines = wrapped(f"run {clip(d['run_id'], max(width - 5, 8))} step {d['step']} (epoch {d.get('epoch')}, "
-                    f"budget {d.get('edit_budget')}, {len(d.get('batch', []))} items)", width)
+                    f"{budget}{len(d.get('batch', []))} items)", width)
+    if "bank_label" in d:
+        lines.extend(wrapped(f"bank step: {d['bank_label']}", width))
     if "parent" in d:  # parent_selection pareto
         par = d["parent"]
         lines.extend(wrapped(f"parent: {par['skill'][:12]} (val {fmt(par['score'])}), "

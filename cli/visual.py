@@ -58,8 +58,10 @@ def plot(run_ids, output, x_axis, no_bars, title, dpi, db) -> None:
 @db_option
 def export_mlflow(run_id, tracking_uri, experiment, as_json, db) -> None:
     """Log a run to MLflow: its config as params, its scores, edit budget and
-    cost per step as metrics, the test reports, and each accepted skill and
-    the best one as artifacts. A fork becomes a nested run of its parent's
+    cost per step as metrics (a skill-bank run: its bank size, validation
+    rate per category and retrieval hit rate instead of the edit budget), the
+    test reports, and each accepted skill and the best one as artifacts (a
+    bank as .json). A fork becomes a nested run of its parent's
     (exported first). Exporting again never duplicates a run: it appends the
     steps logged since, or does nothing. Needs the mlflow extra.
 

@@ -266,3 +266,35 @@ def test_a_disclosure_run_logs_its_trigger_rates(tmp_path):
     assert metrics["triggers.test_best.recall"] > metrics["triggers.test_baseline.recall"]
     assert {"triggers.baseline.precision", "triggers.test_best.wrong_loads"} <= set(metrics)
     store.close()
+
+
+def test_a_bank_run_logs_its_banks_as_json_and_bank_metrics_per_step(tmp_path):
+    from skillstate.bank.document import read_bank
+    from skillstate.log.events_bank import BankValidated
+
+    url = f"sqlite:///{tmp_path / 'bank.db'}"
+    store = Store(url)
+    Trainer(small_config(num_epochs=1, mode="bank"), store=store, run_id="b").train()
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    export(url, tracking, "b", "--experiment", "banks")
+    client, (run,) = mlflow_runs(tracking, "banks", "b")
+    loaded = load_run(store, "b")
+    state = loaded.state
+    listed = {f.path for f in client.list_artifacts(run.info.run_id, "skills")}
+    assert "skills/best.json" in listed and not any(p.endswith(".md") for p in listed)
+    best = client.download_artifacts(run.info.run_id, "skills/best.json", str(tmp_path))
+    assert read_bank(open(best, encoding="utf-8").read()) == read_bank(store.get_blob(state.best_skill))
+    steps = [rec.step for rec in state.history]
+    sizes = history(client, run.info.run_id, "bank.size")
+    assert sizes == [(rec.step, float(len(read_bank(store.get_blob(rec.current_skill)).skills)))
+                     for rec in state.history]
+    hits = history(client, run.info.run_id, "bank.retrieval_hit_rate")
+    assert [s for s, _ in hits] == steps and all(0 <= v <= 1 for _, v in hits)
+    assert history(client, run.info.run_id, "edit_budget") == []
+    validations = [s.event for s in loaded.lineage if isinstance(s.event, BankValidated)]
+    assert validations
+    for ev in validations:
+        assert (ev.step, ev.scores.gate) in history(client, run.info.run_id, "bank.validation.gate")
+        for category, score in ev.scores.by_task_type.items():
+            assert (ev.step, score.hard) in history(client, run.info.run_id, f"bank.validation.by_task_type.{category}")
+    store.close()

@@ -184,3 +184,15 @@ def test_help_loads_neither_matplotlib_nor_mlflow():
             "print(sorted(m for m in ('matplotlib', 'mlflow', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_bank_run_has_no_budget_panel_and_its_distil_only_steps_are_not_called_skipped(tmp_path):
+    from skillstate.exports.plots import BANK_SKIP_LABEL
+
+    store = Store(f"sqlite:///{tmp_path / 'bank.db'}")
+    Trainer(small_config(num_epochs=1, mode="bank"), store=store, run_id="b").train()
+    fig = plot_runs(store, ["b"])
+    assert len(fig.axes) == 2  # the curves and the per-task-type bars: no edit budget
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert BANK_SKIP_LABEL in labels and MARKERS["skip"][3] not in labels
+    store.close()

@@ -130,12 +130,27 @@ def create_app(store: Store, *, allowed_hosts: list[str] | None = None) -> Starl
     def run(request: Request) -> Response:
         rid = run_id_of(request)
         live = version_of([rid])
+        if pages.run_row(cache, rid)["kind"] == "eval":  # an evaluation run has no steps: its report instead
+            from skillstate.dashboard.items import eval_page
+
+            return render("eval.html", run=pages.run_row(cache, rid), **eval_page(cache, rid),
+                          config=pages.config_summary(dict(cache.get(rid).state.config)), live=live, live_scope=rid)
         data = pages.run_page(cache, rid, all_steps=request.query_params.get("steps") == "all")
         return render("run.html", **data, live=live, live_scope=rid)
 
     def step(request: Request) -> Response:
         rid = run_id_of(request)
         return render("step.html", **pages.step_page(cache, rid, parse_step(request.path_params["step"])))
+
+    def item(request: Request) -> Response:
+        from skillstate.dashboard.items import item_page
+
+        rid, q = run_id_of(request), request.query_params
+        step = parse_step(q["step"]) if q.get("step") else None
+        sample = parse_step(q["sample"]) if q.get("sample") else None
+        data = item_page(cache, rid, request.path_params["item_id"], step=step, test=q.get("test") or None,
+                         sample=sample)
+        return render("item.html", run=pages.run_row(cache, rid), **data)
 
     def skill(request: Request) -> Response:
         rid = run_id_of(request)
@@ -184,6 +199,7 @@ def create_app(store: Store, *, allowed_hosts: list[str] | None = None) -> Starl
         Route("/", guarded(runs)),
         Route("/runs/{run_id}", guarded(run)),
         Route("/runs/{run_id}/steps/{step}", guarded(step)),
+        Route("/runs/{run_id}/items/{item_id}", guarded(item)),
         Route("/runs/{run_id}/skill", guarded(skill)),
         Route("/runs/{run_id}/lineage", guarded(lineage)),
         Route("/runs/{run_id}/bank", guarded(bank)),

@@ -14,6 +14,9 @@ from skillstate.errors import CorruptLogError, NotFoundError
 from skillstate.log.events import RunForked
 from skillstate.log.reducer import need
 from skillstate.pricing import sent_cost
+from skillstate.reading.bank_diff import bank_diff, mistake_text
+from skillstate.reading.bank_steps import step_labels
+from skillstate.reading.config_summary import config_summary
 from skillstate.reading.curves import run_curves
 from skillstate.reading.history import status_of
 from skillstate.reading.selection_report import gap_summary
@@ -89,9 +92,14 @@ def run_page(cache: RunCache, run_id: str, all_steps: bool = False) -> dict[str,
     state = cache.get(run_id).state
     failed = cache.store.failed_sent(run_id)
     steps = curves["steps"]
+    bank = state.config.get("mode") == "bank"
+    if bank:  # a bank step is labelled with what it did: it has no edit budget, and distilling is not a "skip"
+        labels = cache.memo(run_id, "bank_labels", lambda loaded: step_labels(x.event for x in loaded.lineage))
+        steps = [{**r, "bank_label": labels.get(r["step"], "in progress")} for r in steps]
     shown = steps if all_steps else steps[-STEPS_SHOWN:]
     return {
-        "run": row, "curves": curves, "stage_cost": curves["own_cost_by_stage"],
+        "run": row, "curves": curves, "bank": bank, "config": config_summary(dict(state.config)),
+        "stage_cost": curves["own_cost_by_stage"],
         "decisions": {"accepts": state.count("accept", "accept_best"), "rejects": state.count("reject"),
                       "skips": state.count("skip")},
         "from_log": max(curves["own_calls"] - row["sent_calls"], 0),
@@ -138,17 +146,37 @@ def skill_diff(before: str, after: str, files_a: dict[str, str] | None = None,
             "removed": sum(r["kind"] == "del" for r in rows)}
 
 
+def _bank_of(cache: RunCache, blob: str):
+    return read_bank(cache.store.get_blob(blob))
+
+
+def bank_step_diff(cache: RunCache, detail: dict[str, Any]) -> dict[str, Any] | None:
+    """A bank step's change: the bank before the step against the bank it built (the candidate it gated, else
+    the bank after distilling)."""
+    skills, distilled = detail.get("skills") or {}, detail.get("distilled") or {}
+    before = distilled.get("base_skill") or skills.get("base")
+    after = skills.get("candidate") or distilled.get("skill")
+    if not before or not after:
+        return None
+    return bank_diff(_bank_of(cache, before), _bank_of(cache, after))
+
+
 def step_page(cache: RunCache, run_id: str, step: int) -> dict[str, Any]:
+    from skillstate.dashboard.items import rollout_results
+
     loaded = cache.get(run_id)
     detail = step_detail(cache.store, loaded, step)
     skills = detail.get("skills")
-    diff = None
-    if skills:
+    diff = bank = None
+    if loaded.state.config.get("mode") == "bank":
+        bank = bank_step_diff(cache, detail)
+    elif skills:
         gated = skills.get("repaired", skills["candidate"])  # repair: ablate gates the repaired candidate
         diff = skill_diff(skill_text(cache.store, skills["base"]), skill_text(cache.store, gated),
                           stored_files(cache.store, skills["base"]), stored_files(cache.store, gated))
     steps = [r.step for r in loaded.state.history]
-    return {"run": run_row(cache, run_id), "detail": detail, "diff": diff,
+    return {"run": run_row(cache, run_id), "detail": detail, "diff": diff, "bank_diff": bank,
+            "results": rollout_results(loaded, step),
             "prev": max((s for s in steps if s < step), default=None),
             "next": min((s for s in steps if s > step), default=None)}
 
@@ -238,13 +266,18 @@ def lineage_page(cache: RunCache, run_id: str) -> dict[str, Any]:
 def compare_page(cache: RunCache, a: str, b: str) -> dict[str, Any]:
     runs = []
     trees = []
+    bests = []
     for rid in (a, b):
         loaded = cache.get(rid)
         best = loaded.state.best_skill
+        bests.append(best if loaded.state.config.get("mode") == "bank" else None)
         runs.append({"row": run_row(cache, rid), "curves": run_curves(loaded),
                      "best": skill_text(cache.store, best) if best else ""})
         trees.append(stored_files(cache.store, best) if best else None)
-    return {"runs": runs, "diff": skill_diff(str(runs[0]["best"]), str(runs[1]["best"]), *trees)}
+    if bests[0] and bests[1]:  # two skill banks: skills added, dropped and refined, not a JSON line diff
+        changes = bank_diff(_bank_of(cache, bests[0]), _bank_of(cache, bests[1]))
+        return {"runs": runs, "diff": None, "bank_diff": changes}
+    return {"runs": runs, "diff": skill_diff(str(runs[0]["best"]), str(runs[1]["best"]), *trees), "bank_diff": None}
 
 
 def bank_page(cache: RunCache, run_id: str) -> dict[str, Any]:
@@ -272,7 +305,7 @@ def bank_page(cache: RunCache, run_id: str) -> dict[str, Any]:
                            **_counts(read_bank(store.get_blob(rec.current_skill)))})
     ordered = sorted(groups, key=lambda c: (c != "general", c))
     return {"run": run_row(cache, run_id), "groups": [(c, groups[c]) for c in ordered], "size": len(bank.skills),
-            "mistakes": list(bank.mistakes), "growth": growth}
+            "mistakes": [mistake_text(m) for m in bank.mistakes], "growth": growth}
 
 
 def _counts(bank) -> dict[str, Any]:

@@ -14,10 +14,17 @@ One skillstate run becomes one MLflow run, found again by its tag
   step, the counts of decisions and the run's cost; with progressive
   disclosure, the trigger rates (`triggers.test_best.recall`, `.precision`,
   `.wrong_loads`, `.loads`, for `baseline`, `test_baseline` and `test_best`);
+- a skill-bank run (`mode: bank`) also logs, per step, `bank.size` (skills in
+  the current bank after the step), `bank.retrieval_hit_rate` (the share of
+  the step's rollouts whose retrieval put at least one skill in the prompt)
+  and, on validation steps, `bank.validation.gate` and
+  `bank.validation.by_task_type.CATEGORY` (`skillstate.reading.bank_steps`);
+  its `edit_budget` is left out (a bank step edits no document);
 - artifacts: `skills/initial.md`, `skills/step_NNN.md` (the skill each
   accepted step made current), `skills/best.md`, for a fork
-  `skills/fork_start.md`, `curves.json` (`skillstate.reading.curves.run_curves`), and for a
-  run of an Agent Skills directory `skills/NAME.skill`, its best skill as an archive that installs;
+  `skills/fork_start.md` (a bank run's are its banks, `.json`), `curves.json`
+  (`skillstate.reading.curves.run_curves`), and for a run of an Agent Skills
+  directory `skills/NAME.skill`, its best skill as an archive that installs;
 - tags: `skillstate.run_id`, `.kind`, `.status`, `.head` (SEQ:HASH of the
   run's last event, as `skillstate head` prints it), `.exported_steps`,
   `.database` (without its password), and for a fork `.parent_run_id`,
@@ -263,7 +270,7 @@ class _Exporter:
             params = {k: v for k, v in config_params(dict(state.config), self.param_limit).items()
                       if k not in existing.data.params}  # params are written once: MLflow refuses a change
         new_rows = [row for row in decided if row["step"] > done_steps]
-        metrics = self._metrics(new_rows, times, curves, state, logged, last_ms)
+        metrics = self._metrics(new_rows, times, curves, state, logged, last_ms, self._bank_metrics(loaded))
         tags["mlflow.note.content"] = self._note(loaded.run_id, curves, status, parent)
         self._log(mlflow_run_id, metrics, params, tags)
         artifacts = self._artifacts(mlflow_run_id, loaded, curves, new_rows, created=existing is None)
@@ -293,14 +300,29 @@ class _Exporter:
                 f"rewritten log; it came from {existing.data.tags.get(f'{TAG}database', 'an unknown database')}): "
                 "export to another --experiment")
 
+    def _bank_metrics(self, loaded: Any) -> dict[int, dict[str, float]] | None:
+        """A bank run's figures per step (None for other runs)."""
+        if loaded.state.config.get("mode") != "bank":
+            return None
+        from skillstate.bank.document import read_bank
+        from skillstate.reading.bank_steps import step_metrics
+
+        sizes = {rec.step: len(read_bank(self.store.get_blob(rec.current_skill)).skills)
+                 for rec in loaded.state.history if rec.current_skill}
+        return step_metrics((s.event for s in loaded.lineage), sizes)
+
     def _metrics(self, rows: list[dict[str, Any]], times: dict[int, int], curves: dict[str, Any], state: Any,
-                 logged: dict[str, float], last_ms: int) -> list[Any]:
+                 logged: dict[str, float], last_ms: int, bank: dict[int, dict[str, float]] | None = None) -> list[Any]:
         from mlflow.entities import Metric
 
         out = []
         for row in rows:
             when = times.get(row["step"], last_ms)
-            for key, value in _step_metrics(row).items():
+            per_step = _step_metrics(row)
+            if bank is not None:  # a bank step has no edit budget; it has a bank size, rates and retrieval hits
+                per_step.pop("edit_budget", None)
+                per_step.update({_metric_key(k): v for k, v in bank.get(row["step"], {}).items()})
+            for key, value in per_step.items():
                 out.append(Metric(key, value, when, row["step"]))
         at = rows[-1]["step"] if rows else (state.last_completed_step if state.kind != "eval" else 0)
         for key, value in _summary_metrics(curves, state).items():
@@ -336,16 +358,17 @@ class _Exporter:
         state = loaded.state
         files: dict[str, str] = {}
         records = {rec.step: rec for rec in state.history}
+        ext = ".json" if state.config.get("mode") == "bank" else ".md"  # a bank is JSON, not a markdown document
         if created and state.initial_skill:
-            files["skills/initial.md"] = state.initial_skill
+            files[f"skills/initial{ext}"] = state.initial_skill
         if created and state.fork_step and records.get(state.fork_step) and records[state.fork_step].current_skill:
-            files["skills/fork_start.md"] = records[state.fork_step].current_skill
+            files[f"skills/fork_start{ext}"] = records[state.fork_step].current_skill
         for row in rows:
             rec = records.get(row["step"])
             if row["decision"] in ("accept", "accept_best") and rec is not None and rec.current_skill:
-                files[f"skills/step_{row['step']:03d}.md"] = rec.current_skill
+                files[f"skills/step_{row['step']:03d}{ext}"] = rec.current_skill
         if state.best_skill:
-            files["skills/best.md"] = state.best_skill
+            files[f"skills/best{ext}"] = state.best_skill
         texts = self.store.get_blobs(sorted(set(files.values())))
         with tempfile.TemporaryDirectory(prefix="skillstate-mlflow-") as tmp:
             root = Path(tmp)

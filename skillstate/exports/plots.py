@@ -12,7 +12,8 @@ Panel (a), per run, one colour per run, x = the step (or, with
 steps included):
 - the candidate's gate score on the validation split, one marker per step:
   accepted ▲, accepted as a new best ★, rejected ✕, skipped ○ (drawn at the
-  current score: there was no candidate), and a candidate rejected early
+  current score: there was no candidate; in a skill-bank run, a step that
+  distilled into the bank and gated nothing, labelled so), and a candidate rejected early
   drawn hollow ▽ at the upper bound that proved the reject;
 - the current skill's score (a line) and the best score (a step line);
 - the baseline (dashed) and the best skill's test score (◆, at the end).
@@ -57,6 +58,8 @@ MARKERS: dict[str, tuple[str, float, bool, str]] = {
     "skip": ("o", 34, True, "skipped (no candidate)"),
 }
 TEST_MARKER = ("D", 44)
+# A skill-bank run (mode bank): its steps between validations distil into the bank and gate nothing.
+BANK_SKIP_LABEL = "distilled, not gated"
 
 STYLE = {
     "font.size": 9,
@@ -306,6 +309,8 @@ def _curves_panel(ax: Axes, runs: list[RunCurves], x: str) -> None:
         if kind not in used:
             continue
         marker, size, hollow, label = MARKERS[kind]
+        if kind == "skip" and all(r.data.get("mode") == "bank" for r in runs):
+            label = BANK_SKIP_LABEL  # a bank step that only distilled was not skipped: nothing was gated
         face = "white" if hollow else INK
         handles.append(Line2D([], [], marker=marker, markersize=(size ** 0.5) * 0.9, markerfacecolor=face,
                               markeredgecolor=INK, label=label, color=INK,

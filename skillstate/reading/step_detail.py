@@ -23,6 +23,7 @@ from skillstate.log.events import (
 from skillstate.log.events_bank import BankEvolved, BankValidated, SkillsDistilled
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
+from skillstate.reading.bank_steps import step_label
 from skillstate.reading.failures import event_call_refs, failed_calls
 from skillstate.skillopt.describe import DESCRIBE
 from skillstate.skillopt.tree_edits import is_skill_md_edit
@@ -92,13 +93,16 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
         elif isinstance(ev, (SkillsDistilled, BankEvolved)):
             key = "distilled" if isinstance(ev, SkillsDistilled) else "evolved"
             out[key] = {"status": ev.status, "added": [_bank_skill(x) for x in ev.added],
-                        "dropped": [{"reason": x.reason, "similar_to": x.similar_to, **_bank_skill(x.skill)}
-                                    for x in ev.dropped]}
+                        "dropped": [{"reason": x.reason, "similar_to": x.similar_to, "similarity": x.similarity,
+                                     **_bank_skill(x.skill)} for x in ev.dropped]}
             if isinstance(ev, BankEvolved):
                 out[key].update(rates=ev.rates, categories=ev.categories, samples=ev.samples)
+            else:
+                out[key].update(base_skill=ev.base_skill, skill=ev.skill)
         elif isinstance(ev, BankValidated):
-            out["validated"] = {"split": ev.split, "gate": ev.scores.gate,
-                                "by_category": {t: v.hard for t, v in ev.scores.by_task_type.items()}}
+            out["validated"] = {"split": ev.split, "gate": ev.scores.gate, "cached": ev.cached,
+                                "by_category": {t: v.hard for t, v in ev.scores.by_task_type.items()},
+                                "n_by_category": {t: v.n for t, v in ev.scores.by_task_type.items()}}
         elif isinstance(ev, EditsAblated):
             out["repair"] = repair_detail(ev)
         elif isinstance(ev, ParentChosen):  # parent_selection pareto
@@ -123,6 +127,8 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
             if ev.paired is not None or ev.type_guard is not None:  # the robust rules' verdicts and numbers
                 out["decision"].update(rule=ev.rule, paired=ev.paired.model_dump() if ev.paired else None,
                                        type_guard=ev.type_guard.model_dump() if ev.type_guard else None)
+    if loaded.state.config.get("mode") == "bank":  # a bank step: what it did, instead of an edit budget
+        out["bank_label"] = step_label(events)
     return out
 
 
