@@ -94,7 +94,8 @@ def log(run_id, step, lineage, as_json, db) -> None:
 @db_option
 def show(run_id, step, as_json, db) -> None:
     """Summarize a run, or one step of it: batch, patches, kept edits with
-    their apply status, scores and the gate's decision.
+    their apply status, scores and the gate's decision. Step 0 is the
+    baseline (and, for a bank seeded from trajectories, the seeding).
 
     \b
     Examples:
@@ -125,7 +126,18 @@ def show(run_id, step, as_json, db) -> None:
                 click.echo("")
                 click.echo("\n".join(bank_lines(read_bank(store.get_blob(loaded.state.best_skill)))))
         return
-    detail = step_detail(store, loaded, parse_step(step))
+    number = parse_step(step)
+    if number == 0:  # the baseline (and a bank's seeding): no step events
+        from skillstate.cli.step_zero_view import step_zero_text
+        from skillstate.reading.step_zero import step_zero
+
+        zero = step_zero(store, loaded)
+        if as_json:
+            echo_json(zero)
+        else:
+            click.echo(step_zero_text(zero))
+        return
+    detail = step_detail(store, loaded, number)
     if as_json:
         echo_json(detail)
     else:
@@ -274,8 +286,9 @@ def audit(run_id, expect_head, as_json, db) -> None:
 
 @cli.command()
 @click.argument("run_id", required=False)
-@click.option("--step", help="The skill after this step (default: the end of the run).")
-@click.option("--best", is_flag=True, help="The best skill rather than the current one.")
+@click.option("--step", help="The current skill after this step (default: the run's best skill).")
+@click.option("--best", is_flag=True, help="With --step: the best skill up to that step instead (without --step the "
+                                           "best skill is what is exported anyway).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
               help="Write to FILE: markdown, or an Agent Skills archive when FILE ends in .skill or .zip.")
 @click.option("--into", type=click.Path(file_okay=False),
@@ -285,7 +298,8 @@ def audit(run_id, expect_head, as_json, db) -> None:
 @db_option
 def export(run_id, step, best, output, into, force, db) -> None:
     """Print (or write) a skill as markdown, or write it as an Agent Skill
-    that installs as is. Without --step: the run's best skill.
+    that installs as is. Without --step: the run's best skill; with --step N:
+    the current skill after step N (with --best, the best one up to step N).
 
     A run of a skill directory (or archive) exports that directory with
     its SKILL.md as trained; a markdown skill exports as an Agent Skill only

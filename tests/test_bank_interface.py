@@ -1,0 +1,86 @@
+"""The bank through the CLI: a bank file given as the initial skill or to
+eval, `why` on such a bank, `show --step 0`, the export help, SkillRL's bank
+JSON and the training-data exports of bank runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from conftest import small_config
+
+from skillstate.bank.document import read_bank
+from skillstate.cli.main import cli
+from skillstate.storage.store import Store
+from skillstate.trainer import Trainer
+
+BANK = dict(mode="bank", num_epochs=1)
+
+
+def trajectories_file(path, n: int = 24) -> str:
+    from skillstate.sim.world import bundled_splits
+
+    rows = []
+    for i, item in enumerate(bundled_splits()["train"][:n]):
+        ok = i % 3 != 0
+        rows.append({"id": f"t{i}", "task_description": item["question"], "task_category": item["task_type"],
+                     "steps": [{"observation": item["question"], "action": item["answers"][0] if ok else "?",
+                                "reward": float(ok), "step_index": 0}],
+                     "total_reward": float(ok), "success": ok, "metadata": {}})
+    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Run s, seeded from imported trajectories; its best bank as bank.json; run f, started from that file."""
+    tmp = tmp_path_factory.mktemp("iface")
+    store = Store(f"sqlite:///{tmp / 'i.db'}")
+    source = trajectories_file(tmp / "traj.jsonl")
+    Trainer(small_config(**BANK, bank={"trajectories": source}), store=store, run_id="s").train()
+    bank_file = tmp / "bank.json"
+    bank_file.write_text(store.get_blob(store_state(store, "s").best_skill), encoding="utf-8")
+    Trainer(small_config(**BANK, initial_skill=str(bank_file)), store=store, run_id="f").train()
+    return store, tmp, bank_file
+
+
+def store_state(store, run_id):
+    from skillstate.engine.loading import load_run
+
+    return load_run(store, run_id).state
+
+
+def invoke(store, *args):
+    return CliRunner().invoke(cli, [*args, "--db", store.display_url])
+
+
+def test_why_finds_the_skills_of_the_initial_bank_file(runs):
+    store, _, bank_file = runs
+    skill = read_bank(bank_file.read_text()).skills[0]
+    res = invoke(store, "why", "f", skill.id, "--json")
+    assert res.exit_code == 0, res.output
+    (info,) = json.loads(res.output)["skills"]
+    assert info["event"] == "RunStarted" and info["in_best_bank"] == (
+        read_bank(store.get_blob(store_state(store, "f").best_skill)).by_id(skill.id) is not None)
+    text = invoke(store, "why", "f", skill.title)
+    assert text.exit_code == 0 and "the bank file the run started from" in text.output
+
+
+def test_show_step_0_is_the_baseline_and_the_seeding(runs):
+    store, _, _ = runs
+    seeded = invoke(store, "show", "s", "--step", "0")
+    assert seeded.exit_code == 0, seeded.output
+    assert "step 0 (the baseline)" in seeded.output and "seeded from 24 imported trajectories" in seeded.output
+    assert "baseline on val" in seeded.output
+    data = json.loads(invoke(store, "show", "f", "--step", "0", "--json").output)
+    assert data["step"] == 0 and "seeded" not in data and data["baseline"]["items"] == 60
+    assert invoke(store, "show", "f", "--step", "1").exit_code == 0
+
+
+def test_export_help_agrees_with_what_it_exports(runs):
+    store, _, _ = runs
+    help_text = " ".join(invoke(store, "export", "--help").output.split())
+    assert "Without --step: the run's best skill" in help_text and "rather than the current one" not in help_text
+    state = store_state(store, "s")
+    assert invoke(store, "export", "s").output.strip() == store.get_blob(state.best_skill).strip()
