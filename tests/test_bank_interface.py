@@ -84,3 +84,34 @@ def test_export_help_agrees_with_what_it_exports(runs):
     assert "Without --step: the run's best skill" in help_text and "rather than the current one" not in help_text
     state = store_state(store, "s")
     assert invoke(store, "export", "s").output.strip() == store.get_blob(state.best_skill).strip()
+
+
+def test_eval_scores_a_bank_file_in_mode_bank_and_refuses_a_contradicting_mode(runs, tmp_path):
+    store, _, bank_file = runs
+    auto = invoke(store, "eval", "--skill", str(bank_file), "--run-id", "e-auto", "--json")
+    explicit = invoke(store, "eval", "--skill", str(bank_file), "--set", "mode=bank", "--run-id", "e-bank", "--json")
+    assert auto.exit_code == 0 and explicit.exit_code == 0, auto.output + explicit.output
+    assert json.loads(auto.output)["test"] == json.loads(explicit.output)["test"]
+    assert store_state(store, "e-auto").config["mode"] == "bank"
+    clash = invoke(store, "eval", "--skill", str(bank_file), "--set", "mode=skill", "-q")
+    assert clash.exit_code == 2 and len(clash.output.strip().splitlines()) == 1 and "is a skill bank" in clash.output
+    markdown = tmp_path / "s.md"
+    markdown.write_text("# Skill\n- Be brief.\n", encoding="utf-8")
+    wrong = invoke(store, "eval", "--skill", str(markdown), "--set", "mode=bank", "-q")
+    assert wrong.exit_code == 2 and "not a skill bank" in wrong.output
+
+
+def test_a_skillrl_bank_file_starts_a_run_and_is_evaluated(runs, tmp_path):
+    from skillstate.bank.skillrl_format import to_skillrl
+
+    store, _, bank_file = runs
+    skillrl = tmp_path / "skillrl.json"
+    skillrl.write_text(json.dumps(to_skillrl(read_bank(bank_file.read_text()))), encoding="utf-8")
+    res = invoke(store, "eval", "--skill", str(skillrl), "--run-id", "e-skillrl", "--json")
+    assert res.exit_code == 0, res.output
+    state = store_state(store, "e-skillrl")
+    assert state.config["mode"] == "bank"
+    started, original = read_bank(store.get_blob(state.best_skill)), read_bank(bank_file.read_text())
+    assert sorted((s.id, s.principle, s.category or "") for s in started.skills) == sorted(
+        (s.id, s.principle, s.category or "") for s in original.skills)  # general skills first; no provenance
+    assert started.mistakes == original.mistakes

@@ -219,13 +219,14 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
 
         OpenAIEmbeddings(config.optimizer)  # its key and endpoint settings, before anything is written
     if config.mode == "bank":  # the bank is the run's skill: an empty one, or a bank file
-        from skillstate.bank.document import EMPTY_BANK, bank_text, read_bank
+        from skillstate.bank.document import EMPTY_BANK, bank_text
+        from skillstate.bank.skillrl_format import bank_from_text
 
         if config.initial_skill and is_skill_tree_path(config.initial_skill):
             raise ConfigError(f"initial skill {config.initial_skill}: mode bank starts from a bank file (JSON), "
                               "not an Agent Skills directory or archive")
         env = construct_env(env_cls, splits, settings, config.env) if config.initial_skill else None
-        skill = bank_text(read_bank(_initial_skill(config, None, env).text) if env is not None else EMPTY_BANK)
+        skill = bank_text(bank_from_text(_initial_skill(config, None, env).text) if env is not None else EMPTY_BANK)
         source = InitialSkill(skill)
     else:
         source = _initial_skill(config, default_skill, construct_env(env_cls, splits, settings, config.env))
