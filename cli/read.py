@@ -295,8 +295,11 @@ def audit(run_id, expect_head, as_json, db) -> None:
               help="Write the skill as the Agent Skills directory INTO/NAME (e.g. --into .claude/skills).")
 @click.option("--force", is_flag=True, help="With --into or an archive: replace what is there (a skill directory "
                                             "or an archive only).")
+@click.option("--format", "fmt", type=click.Choice(["skillrl"]),
+              help="A bank run's bank in SkillRL's own bank JSON (general_skills, task_specific_skills, "
+                   "common_mistakes) instead of skillstate's.")
 @db_option
-def export(run_id, step, best, output, into, force, db) -> None:
+def export(run_id, step, best, output, into, force, fmt, db) -> None:
     """Print (or write) a skill as markdown, or write it as an Agent Skill
     that installs as is. Without --step: the run's best skill; with --step N:
     the current skill after step N (with --best, the best one up to step N).
@@ -312,15 +315,26 @@ def export(run_id, step, best, output, into, force, db) -> None:
         skillstate export my-run --step 3
         skillstate export --into .claude/skills
         skillstate export -o my-skill.skill
+        skillstate export bank-run --format skillrl -o skillrl_bank.json
     """
     from skillstate.reading.history import skill_at
     from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
-    if into or (output and output.lower().endswith((".skill", ".zip"))):
+    if fmt is None and (into or (output and output.lower().endswith((".skill", ".zip")))):
         _export_tree(store, run_id, step_arg(step), best, output, into, force)
         return
-    _, text = skill_at(store, run_id, step_arg(step), best=best)
+    rid, text = skill_at(store, run_id, step_arg(step), best=best)
+    if fmt == "skillrl":
+        from skillstate.reading.bank_provenance import is_bank_run
+
+        if into or not is_bank_run(store, rid):
+            raise UserError("--format skillrl writes a bank run's bank as one JSON file (use -o FILE, not --into)"
+                            if into else f"run {rid!r} is not a bank run (mode bank): it has no bank to write")
+        from skillstate.bank.document import read_bank
+        from skillstate.bank.skillrl_format import to_skillrl
+
+        text = json.dumps(to_skillrl(read_bank(text)), indent=2, ensure_ascii=False) + "\n"
     if output:
         try:
             Path(output).write_text(text, encoding="utf-8")

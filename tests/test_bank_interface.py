@@ -115,3 +115,18 @@ def test_a_skillrl_bank_file_starts_a_run_and_is_evaluated(runs, tmp_path):
     assert sorted((s.id, s.principle, s.category or "") for s in started.skills) == sorted(
         (s.id, s.principle, s.category or "") for s in original.skills)  # general skills first; no provenance
     assert started.mistakes == original.mistakes
+
+
+def test_export_writes_a_bank_in_skillrls_format(runs, tmp_path):
+    from skillstate.bank.skillrl_format import from_skillrl
+
+    store, _, _ = runs
+    out = tmp_path / "skillrl.json"
+    res = invoke(store, "export", "s", "--format", "skillrl", "-o", str(out))
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert set(data) == {"general_skills", "task_specific_skills", "common_mistakes", "metadata"}
+    best = read_bank(store.get_blob(store_state(store, "s").best_skill))
+    assert {s.id for s in from_skillrl(data).skills} == {s.id for s in best.skills}
+    into = invoke(store, "export", "s", "--format", "skillrl", "--into", str(tmp_path / "d"))
+    assert into.exit_code == 2 and not (tmp_path / "d").exists()
