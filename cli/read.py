@@ -385,8 +385,11 @@ def _check_replaceable(target: Path, force: bool) -> None:
 @click.argument("run_id", required=False)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True,
               help="Write the rows to FILE (JSON lines).")
+@click.option("--with-imported", is_flag=True,
+              help="A bank run: also the successful trajectories it imported (bank.trajectories), with the skills "
+                   "its best bank gives their category as the system message.")
 @db_option
-def export_sft(run_id, output, db) -> None:
+def export_sft(run_id, output, with_imported, db) -> None:
     """Write the run's successful rollouts as SFT data for TRL: one
     {"messages": [...]} row per conversation, with what the agent was shown
     (the skill, or the retrieved bank skills) as the system message.
@@ -394,16 +397,26 @@ def export_sft(run_id, output, db) -> None:
     \b
     Examples:
         skillstate export-sft -o sft.jsonl
+        skillstate export-sft bank-run --with-imported -o sft.jsonl
         python -c "import datasets; print(datasets.load_dataset('json', data_files='sft.jsonl'))"
     """
     from skillstate.exports.training_data import sft_rows
     from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
-    rows, skipped = sft_rows(store, store.require_run(run_id).run_id)
+    rid = store.require_run(run_id).run_id
+    rows, skipped = sft_rows(store, rid)
+    imported = ""
+    if with_imported:
+        from skillstate.exports.imported_sft import imported_sft_rows
+
+        extra = imported_sft_rows(store, rid)
+        rows, imported = extra + rows, f" ({len(extra)} from imported trajectories)"
+    note = f"; {skipped} tool-calling trajectories skipped (not exported yet)" if skipped else ""
+    if not rows:  # an empty file would pass for data
+        raise UserError(f"run {rid!r} has no successful conversation to export{note}; nothing written")
     _write_rows(output, rows)
-    note = f"; {skipped} multi-turn or tool-calling trajectories skipped (not exported yet)" if skipped else ""
-    click.echo(f"wrote {len(rows)} conversations to {output}{note}")
+    click.echo(f"wrote {len(rows)} conversations{imported} to {output}{note}")
 
 
 @cli.command("export-grpo")
@@ -414,7 +427,10 @@ def export_sft(run_id, output, db) -> None:
 def export_grpo(run_id, output, db) -> None:
     """Write an evaluation run sampled G > 1 times per item as GRPO data for
     TRL: per item the prompt, the G completions, their rewards and their
-    group-relative advantages.
+    group-relative advantages. On a multi-turn environment a group is the G
+    episodes of one task: each sample is the episode's conversation and its
+    reward the episode's. A run with no group to export is an error, and no
+    file is written.
 
     \b
     Examples:
@@ -425,10 +441,13 @@ def export_grpo(run_id, output, db) -> None:
     from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
-    rows, skipped, failed = grpo_rows(store, store.require_run(run_id).run_id)
-    _write_rows(output, rows)
-    note = f"; {skipped} multi-turn or tool-calling items skipped (not exported yet)" if skipped else ""
+    rid = store.require_run(run_id).run_id
+    rows, skipped, failed = grpo_rows(store, rid)
+    note = f"; {skipped} tool-calling items skipped (not exported yet)" if skipped else ""
     note += f"; {failed} items left out: a sample's call failed" if failed else ""
+    if not rows:  # an empty file would pass for data
+        raise UserError(f"run {rid!r} has no group to export{note}; nothing written")
+    _write_rows(output, rows)
     click.echo(f"wrote {len(rows)} groups to {output}{note}")
 
 

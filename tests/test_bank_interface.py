@@ -130,3 +130,56 @@ def test_export_writes_a_bank_in_skillrls_format(runs, tmp_path):
     assert {s.id for s in from_skillrl(data).skills} == {s.id for s in best.skills}
     into = invoke(store, "export", "s", "--format", "skillrl", "--into", str(tmp_path / "d"))
     assert into.exit_code == 2 and not (tmp_path / "d").exists()
+
+
+def test_export_sft_with_imported_adds_the_successful_imported_trajectories(runs, tmp_path):
+    store, _, _ = runs
+    plain, both = tmp_path / "plain.jsonl", tmp_path / "both.jsonl"
+    assert invoke(store, "export-sft", "s", "-o", str(plain)).exit_code == 0
+    res = invoke(store, "export-sft", "s", "--with-imported", "-o", str(both))
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in both.read_text().splitlines()]
+    assert len(rows) == len(plain.read_text().splitlines()) + 16  # 16 of the 24 imported trajectories succeeded
+    assert "(16 from imported trajectories)" in res.output
+    first = rows[0]["messages"]
+    assert first[0]["role"] == "system" and first[0]["content"].startswith("# Skills for this task")
+    assert [m["role"] for m in first[1:]] == ["user", "assistant"]
+    none = invoke(store, "export-sft", "f", "--with-imported", "-o", str(tmp_path / "n.jsonl"))
+    assert none.exit_code == 2 and "imported no trajectories" in none.output and not (tmp_path / "n.jsonl").exists()
+
+
+def test_export_grpo_on_episodes_groups_each_tasks_episodes(tmp_path, monkeypatch):
+    from conftest import EXAMPLES
+
+    monkeypatch.syspath_prepend(str(EXAMPLES / "custom_episode"))
+    monkeypatch.delitem(__import__("sys").modules, "rooms_env", raising=False)
+    db = f"sqlite:///{tmp_path / 'e.db'}"
+    skill = tmp_path / "rooms.md"
+    skill.write_text("- Open a closed door before going through it.\n", encoding="utf-8")
+    run = CliRunner().invoke(cli, ["eval", "--skill", str(skill), "--env", "python:rooms_env:RoomsEnv", "--split",
+                                   "train", "--samples", "3", "--set", "target.temperature=1.0", "--set",
+                                   "episode.max_turns=20", "--run-id", "ge", "--db", db, "-q"])
+    assert run.exit_code == 0, run.output
+    out = tmp_path / "g.jsonl"
+    res = CliRunner().invoke(cli, ["export-grpo", "ge", "-o", str(out), "--db", db])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert rows and f"wrote {len(rows)} groups" in res.output
+    for row in rows:
+        assert [m["role"] for m in row["prompt"]] == ["system", "user"] and "Task:" in row["prompt"][1]["content"]
+        assert len(row["sampled_completions"]) == len(row["rewards"]) == len(row["turns"]) == 3
+        for conversation, turns in zip(row["sampled_completions"], row["turns"], strict=True):
+            assert [m["role"] for m in conversation][:2] == ["assistant", "user"]
+            assert sum(m["role"] == "assistant" for m in conversation) == turns
+    monkeypatch.delitem(__import__("sys").modules, "rooms_env", raising=False)
+
+
+def test_export_grpo_with_nothing_to_export_writes_nothing(runs, tmp_path, monkeypatch):
+    from skillstate.exports import training_data
+
+    store, _, _ = runs
+    monkeypatch.setattr(training_data, "grpo_rows", lambda store, run_id: ([], 5, 0))
+    out = tmp_path / "empty.jsonl"
+    res = invoke(store, "export-grpo", "s", "-o", str(out))
+    assert res.exit_code == 2 and "no group to export; 5 tool-calling items skipped" in res.output
+    assert len(res.output.strip().splitlines()) == 1 and not out.exists()
