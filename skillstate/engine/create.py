@@ -59,15 +59,16 @@ def _dataset(config: SkillConfig, env: type[SkillEnv],
 
 
 def _imported_trajectories(path: str) -> str:
-    """The trajectories file of `bank.trajectories`, checked and as canonical JSON (the log keeps this)."""
-    from skillstate.bank.trajectories import load_trajectories
+    """The trajectories file of `bank.trajectories` (the spec's format, or ETO's, converted), checked and as
+    canonical JSON (the log keeps this)."""
+    from skillstate.bank.eto_format import trajectories_from_text
 
     try:
         text = read_input_text(path)
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"cannot read trajectories {path}: {getattr(err, 'strerror', None) or err}") from None
     try:
-        return canonical_json([t.model_dump(mode="json") for t in load_trajectories(text)])
+        return canonical_json([t.model_dump(mode="json") for t in trajectories_from_text(text)])
     except RecursionError:
         raise ConfigError(f"trajectories {path}: values nested too deeply to read") from None
 
