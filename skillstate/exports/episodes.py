@@ -54,7 +54,7 @@ def episode_group(store: Store, results: list[ItemResult]) -> tuple[list[Message
     conversations = []
     for r in results:
         trajectory = json.loads(store.get_blob(r.trajectory)) if r.trajectory else None
-        if not is_episode(trajectory):
+        if not isinstance(trajectory, dict) or not is_episode(trajectory):
             return None
         conversations.append(episode_conversation(trajectory))
     return prompt, conversations

@@ -111,10 +111,14 @@ def grpo_rows(store: Store, run_id: str) -> tuple[list[dict[str, Any]], int, int
         messages = _messages(first)
         rewards = [gate_score(r.hard, r.soft, metric, weight) for r in results]
         episodes = episode_group(store, results) if messages is None and is_episode(first) else None
-        if messages is None and episodes is None:
+        samples: list[Any]  # completions (str), or episode conversations (lists of messages)
+        if messages is not None:
+            prompt, samples = messages[:-1], [r.prediction for r in results]
+        elif episodes is not None:
+            prompt, samples = episodes
+        else:
             skipped += 1
             continue
-        prompt, samples = (messages[:-1], [r.prediction for r in results]) if messages is not None else episodes
         row = {"prompt": prompt, "task_id": item_id, "category": results[0].task_type or None,
                "sampled_completions": samples, "rewards": rewards, "advantages": group_advantages(rewards)}
         rows.append(row if episodes is None else {**row, "turns": [r.turns for r in results]})
