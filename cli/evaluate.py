@@ -24,7 +24,8 @@ from skillstate.util import check_run_id
 
 @cli.command("eval")
 @click.option("--skill", "skill_file", required=True, type=click.Path(),
-              help="The skill to score: markdown, or an Agent Skills directory or archive (its SKILL.md).")
+              help="The skill to score: markdown, an Agent Skills directory or archive (its SKILL.md), or a "
+                   "skill bank (skillstate's or SkillRL's bank JSON: scored in mode bank).")
 @click.option("--split", default="test", show_default=True, help="train, val or test.")
 @click.option("--data", type=click.Path(), help="Dataset directory (train/val/test .jsonl); default with "
                                                   "backend sim: the bundled simulated world.")
@@ -66,11 +67,18 @@ def evaluate(skill_file, split, data, env_name, backend, model, base_url, config
     flags = {"data": data, "env": env_name, "backend": backend, "target.model": model, "target.base_url": base_url,
              "samples": samples}
     overrides.update({k: v for k, v in flags.items() if v is not None})
-    overrides.update(parse_sets(assignments))
+    sets = parse_sets(assignments)
+    overrides.update(sets)
     if run_id is not None:
         check_run_id(run_id)
+    text = _require_text(skill_file)
+    if text is not None:  # a bank file (skillstate's or SkillRL's bank JSON) is scored in mode bank
+        from skillstate.bank.skillrl_format import mode_for_skill_file
+        from skillstate.config_sources import load_config_file
+
+        explicit = sets.get("mode") or (load_config_file(config_file).get("mode") if config_file else None)
+        overrides["mode"] = mode_for_skill_file(text, skill_file, explicit)
     config = config_with_backend(config_file, overrides, roles=("target",))
-    _require_text(config.initial_skill)
     store = open_store(db)
     events = JsonEvents(store) if json_events else None
     progress = reporter(quiet=quiet, as_json=as_json, events=events)
@@ -92,15 +100,19 @@ def evaluate(skill_file, split, data, env_name, backend, model, base_url, config
         click.echo(summary_text(result.summary))
 
 
-def _require_text(skill_file: str | None) -> None:
-    """An empty skill file is a mistake (a failed export, a wrong path), not a skill to score."""
-    if not skill_file:
-        return
+def _require_text(skill_file: str) -> str | None:
+    """The skill file's text (None for a directory, an archive or a file that cannot be read: the library
+    names the problem). An empty skill file is a mistake (a failed export, a wrong path), not a skill to score."""
+    from skillstate.engine.skill_source import is_skill_tree_path
+
+    if is_skill_tree_path(skill_file):
+        return None
     try:
         from skillstate.input_files import read_input_text
 
         text = read_input_text(skill_file)
     except (OSError, UnicodeDecodeError):
-        return  # the library names the problem
+        return None
     if not text.strip():
         raise UserError(f"skill file {skill_file} is empty; nothing to evaluate")
+    return text

@@ -94,7 +94,8 @@ def log(run_id, step, lineage, as_json, db) -> None:
 @db_option
 def show(run_id, step, as_json, db) -> None:
     """Summarize a run, or one step of it: batch, patches, kept edits with
-    their apply status, scores and the gate's decision.
+    their apply status, scores and the gate's decision. Step 0 is the
+    baseline (and, for a bank seeded from trajectories, the seeding).
 
     \b
     Examples:
@@ -125,7 +126,18 @@ def show(run_id, step, as_json, db) -> None:
                 click.echo("")
                 click.echo("\n".join(bank_lines(read_bank(store.get_blob(loaded.state.best_skill)))))
         return
-    detail = step_detail(store, loaded, parse_step(step))
+    number = parse_step(step)
+    if number == 0:  # the baseline (and a bank's seeding): no step events
+        from skillstate.cli.step_zero_view import step_zero_text
+        from skillstate.reading.step_zero import step_zero
+
+        zero = step_zero(store, loaded)
+        if as_json:
+            echo_json(zero)
+        else:
+            click.echo(step_zero_text(zero))
+        return
+    detail = step_detail(store, loaded, number)
     if as_json:
         echo_json(detail)
     else:
@@ -274,18 +286,23 @@ def audit(run_id, expect_head, as_json, db) -> None:
 
 @cli.command()
 @click.argument("run_id", required=False)
-@click.option("--step", help="The skill after this step (default: the end of the run).")
-@click.option("--best", is_flag=True, help="The best skill rather than the current one.")
+@click.option("--step", help="The current skill after this step (default: the run's best skill).")
+@click.option("--best", is_flag=True, help="With --step: the best skill up to that step instead (without --step the "
+                                           "best skill is what is exported anyway).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
               help="Write to FILE: markdown, or an Agent Skills archive when FILE ends in .skill or .zip.")
 @click.option("--into", type=click.Path(file_okay=False),
               help="Write the skill as the Agent Skills directory INTO/NAME (e.g. --into .claude/skills).")
 @click.option("--force", is_flag=True, help="With --into or an archive: replace what is there (a skill directory "
                                             "or an archive only).")
+@click.option("--format", "fmt", type=click.Choice(["skillrl"]),
+              help="A bank run's bank in SkillRL's own bank JSON (general_skills, task_specific_skills, "
+                   "common_mistakes) instead of skillstate's.")
 @db_option
-def export(run_id, step, best, output, into, force, db) -> None:
+def export(run_id, step, best, output, into, force, fmt, db) -> None:
     """Print (or write) a skill as markdown, or write it as an Agent Skill
-    that installs as is. Without --step: the run's best skill.
+    that installs as is. Without --step: the run's best skill; with --step N:
+    the current skill after step N (with --best, the best one up to step N).
 
     A run of a skill directory (or archive) exports that directory with
     its SKILL.md as trained; a markdown skill exports as an Agent Skill only
@@ -298,15 +315,26 @@ def export(run_id, step, best, output, into, force, db) -> None:
         skillstate export my-run --step 3
         skillstate export --into .claude/skills
         skillstate export -o my-skill.skill
+        skillstate export bank-run --format skillrl -o skillrl_bank.json
     """
     from skillstate.reading.history import skill_at
     from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
-    if into or (output and output.lower().endswith((".skill", ".zip"))):
+    if fmt is None and (into or (output and output.lower().endswith((".skill", ".zip")))):
         _export_tree(store, run_id, step_arg(step), best, output, into, force)
         return
-    _, text = skill_at(store, run_id, step_arg(step), best=best)
+    rid, text = skill_at(store, run_id, step_arg(step), best=best)
+    if fmt == "skillrl":
+        from skillstate.reading.bank_provenance import is_bank_run
+
+        if into or not is_bank_run(store, rid):
+            raise UserError("--format skillrl writes a bank run's bank as one JSON file (use -o FILE, not --into)"
+                            if into else f"run {rid!r} is not a bank run (mode bank): it has no bank to write")
+        from skillstate.bank.document import read_bank
+        from skillstate.bank.skillrl_format import to_skillrl
+
+        text = json.dumps(to_skillrl(read_bank(text)), indent=2, ensure_ascii=False) + "\n"
     if output:
         try:
             Path(output).write_text(text, encoding="utf-8")
@@ -357,8 +385,11 @@ def _check_replaceable(target: Path, force: bool) -> None:
 @click.argument("run_id", required=False)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True,
               help="Write the rows to FILE (JSON lines).")
+@click.option("--with-imported", is_flag=True,
+              help="A bank run: also the successful trajectories it imported (bank.trajectories), with the skills "
+                   "its best bank gives their category as the system message.")
 @db_option
-def export_sft(run_id, output, db) -> None:
+def export_sft(run_id, output, with_imported, db) -> None:
     """Write the run's successful rollouts as SFT data for TRL: one
     {"messages": [...]} row per conversation, with what the agent was shown
     (the skill, or the retrieved bank skills) as the system message.
@@ -366,16 +397,26 @@ def export_sft(run_id, output, db) -> None:
     \b
     Examples:
         skillstate export-sft -o sft.jsonl
+        skillstate export-sft bank-run --with-imported -o sft.jsonl
         python -c "import datasets; print(datasets.load_dataset('json', data_files='sft.jsonl'))"
     """
     from skillstate.exports.training_data import sft_rows
     from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
-    rows, skipped = sft_rows(store, store.require_run(run_id).run_id)
+    rid = store.require_run(run_id).run_id
+    rows, skipped = sft_rows(store, rid)
+    imported = ""
+    if with_imported:
+        from skillstate.exports.imported_sft import imported_sft_rows
+
+        extra = imported_sft_rows(store, rid)
+        rows, imported = extra + rows, f" ({len(extra)} from imported trajectories)"
+    note = f"; {skipped} tool-calling trajectories skipped (not exported yet)" if skipped else ""
+    if not rows:  # an empty file would pass for data
+        raise UserError(f"run {rid!r} has no successful conversation to export{note}; nothing written")
     _write_rows(output, rows)
-    note = f"; {skipped} multi-turn or tool-calling trajectories skipped (not exported yet)" if skipped else ""
-    click.echo(f"wrote {len(rows)} conversations to {output}{note}")
+    click.echo(f"wrote {len(rows)} conversations{imported} to {output}{note}")
 
 
 @cli.command("export-grpo")
@@ -386,7 +427,10 @@ def export_sft(run_id, output, db) -> None:
 def export_grpo(run_id, output, db) -> None:
     """Write an evaluation run sampled G > 1 times per item as GRPO data for
     TRL: per item the prompt, the G completions, their rewards and their
-    group-relative advantages.
+    group-relative advantages. On a multi-turn environment a group is the G
+    episodes of one task: each sample is the episode's conversation and its
+    reward the episode's. A run with no group to export is an error, and no
+    file is written.
 
     \b
     Examples:
@@ -397,10 +441,13 @@ def export_grpo(run_id, output, db) -> None:
     from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
-    rows, skipped, failed = grpo_rows(store, store.require_run(run_id).run_id)
-    _write_rows(output, rows)
-    note = f"; {skipped} multi-turn or tool-calling items skipped (not exported yet)" if skipped else ""
+    rid = store.require_run(run_id).run_id
+    rows, skipped, failed = grpo_rows(store, rid)
+    note = f"; {skipped} tool-calling items skipped (not exported yet)" if skipped else ""
     note += f"; {failed} items left out: a sample's call failed" if failed else ""
+    if not rows:  # an empty file would pass for data
+        raise UserError(f"run {rid!r} has no group to export{note}; nothing written")
+    _write_rows(output, rows)
     click.echo(f"wrote {len(rows)} groups to {output}{note}")
 
 

@@ -1,6 +1,6 @@
 """Property and unit tests for skillstate.bank, the pure core of the skill
 bank: the Bank, embeddings, dedup, retrieval, advantages, evolution planning,
-the trajectory loader and the TRL exports."""
+the trajectory loader and the system message of retrieved skills."""
 
 from __future__ import annotations
 
@@ -17,14 +17,7 @@ from skillstate.bank.dedup import dedupe
 from skillstate.bank.document import bank_text
 from skillstate.bank.embedding import SimEmbedder, cosine, skill_text, task_text
 from skillstate.bank.evolution import categories_to_evolve, failure_sample_plan
-from skillstate.bank.export import (
-    GRPO_COLUMNS,
-    TRL_REWARD_KWARGS,
-    SampledGroup,
-    grpo_rows,
-    render_skills,
-    sft_rows,
-)
+from skillstate.bank.export import render_skills
 from skillstate.bank.retrieval import retrieve_embedding, retrieve_template
 from skillstate.bank.skills import MAX_MISTAKES, Bank, BankSkill, Mistake, SkillProvenance, normalize_text, skill_id
 from skillstate.bank.trajectories import load_trajectories
@@ -442,55 +435,10 @@ def test_load_trajectories_bad_record_is_one_line_user_error(text, expected):
 # -- export ---------------------------------------------------------------------
 
 
-def test_sft_rows_conversational_messages():
-    trajectories = load_trajectories(json.dumps([record("t1"), record("t2", success=False)]))
+def test_render_skills_lists_the_skills_then_the_mistakes():
     skill = make("Heat first", "Heat the object before placing it.", "pick_heat_then_place")
-    rows = sft_rows(trajectories, lambda t: [skill], mistakes=["Forgetting to open the microwave"])
-    assert len(rows) == 1 and list(rows[0]) == ["messages"]
-    messages = rows[0]["messages"]
-    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
-    assert all(set(m) == {"role", "content"} and isinstance(m["content"], str) for m in messages)
-    assert "Heat first" in messages[0]["content"] and "Forgetting" in messages[0]["content"]
-    assert messages[1]["content"].startswith("heat some apple") and messages[2]["content"] == "go to microwave"
-    assert json.loads(json.dumps(rows)) == rows
-    assert sft_rows(trajectories, lambda t: [])[0]["messages"][0]["role"] == "user"
+    text = render_skills([skill], ["Forgetting to open the microwave"])
+    assert text.startswith("# Skills for this task") and "- **Heat first**: Heat the object" in text
+    assert text.index("Heat first") < text.index("# Common mistakes to avoid") < text.index("Forgetting")
+    assert render_skills([], ["m"]).startswith("# Common mistakes to avoid")
     assert render_skills([]) == ""
-
-
-def test_grpo_rows_prompt_samples_rewards_advantages():
-    skill = make("Count twice", "Count the letters twice.")
-    groups = [
-        SampledGroup(
-            task_id="q1",
-            task_description="How many r in strawberry?",
-            category="letters",
-            skills=[skill],
-            completions=["3", "2", "3", "1"],
-            rewards=[1, 0, 1, 0],
-        ),
-        SampledGroup(task_id="q2", task_description="2+2?", completions=["4", "4"], rewards=[1.0, 1.0]),
-    ]
-    rows = grpo_rows(groups)
-    assert all(tuple(row) == GRPO_COLUMNS for row in rows)
-    assert not set(GRPO_COLUMNS) & TRL_REWARD_KWARGS
-    first = rows[0]
-    assert [m["role"] for m in first["prompt"]] == ["system", "user"] and "Count twice" in first["prompt"][0]["content"]
-    assert first["advantages"] == group_advantages([1.0, 0.0, 1.0, 0.0])
-    assert all(isinstance(r, float) for r in first["rewards"])
-    assert rows[1]["advantages"] == [0.0, 0.0] and rows[1]["prompt"] == [{"role": "user", "content": "2+2?"}]
-    assert json.loads(json.dumps(rows)) == rows
-    with pytest.raises(ValueError):
-        SampledGroup(task_id="q", task_description="d", completions=["a", "b"], rewards=[1.0])
-
-
-def test_exports_load_with_datasets(tmp_path):
-    datasets = pytest.importorskip("datasets")
-    trajectories = load_trajectories(json.dumps([record("t1")]))
-    sft = sft_rows(trajectories, lambda t: [make("Heat first", "Heat it.", "heat")])
-    grpo = grpo_rows([SampledGroup(task_id="q", task_description="d", completions=["a", "b"], rewards=[0, 1])])
-    for name, rows in (("sft", sft), ("grpo", grpo)):
-        path = tmp_path / f"{name}.jsonl"
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        loaded = datasets.load_dataset("json", data_files=str(path), split="train")
-        assert loaded.column_names == list(rows[0])
-        assert loaded[0] == rows[0]

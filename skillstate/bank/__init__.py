@@ -12,5 +12,5 @@ functions decide as events.
 - `advantages`: GRPO group-relative advantages
 - `evolution`: which categories to evolve and which failures to show
 - `trajectories`: the trajectory JSON format and its loader
-- `export`: TRL-ready SFT and GRPO rows
+- `export`: `render_skills`, the system message of a task's retrieved skills
 """

@@ -59,15 +59,16 @@ def _dataset(config: SkillConfig, env: type[SkillEnv],
 
 
 def _imported_trajectories(path: str) -> str:
-    """The trajectories file of `bank.trajectories`, checked and as canonical JSON (the log keeps this)."""
-    from skillstate.bank.trajectories import load_trajectories
+    """The trajectories file of `bank.trajectories` (the spec's format, or ETO's, converted), checked and as
+    canonical JSON (the log keeps this)."""
+    from skillstate.bank.eto_format import trajectories_from_text
 
     try:
         text = read_input_text(path)
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"cannot read trajectories {path}: {getattr(err, 'strerror', None) or err}") from None
     try:
-        return canonical_json([t.model_dump(mode="json") for t in load_trajectories(text)])
+        return canonical_json([t.model_dump(mode="json") for t in trajectories_from_text(text)])
     except RecursionError:
         raise ConfigError(f"trajectories {path}: values nested too deeply to read") from None
 
@@ -219,13 +220,14 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
 
         OpenAIEmbeddings(config.optimizer)  # its key and endpoint settings, before anything is written
     if config.mode == "bank":  # the bank is the run's skill: an empty one, or a bank file
-        from skillstate.bank.document import EMPTY_BANK, bank_text, read_bank
+        from skillstate.bank.document import EMPTY_BANK, bank_text
+        from skillstate.bank.skillrl_format import bank_from_text
 
         if config.initial_skill and is_skill_tree_path(config.initial_skill):
             raise ConfigError(f"initial skill {config.initial_skill}: mode bank starts from a bank file (JSON), "
                               "not an Agent Skills directory or archive")
         env = construct_env(env_cls, splits, settings, config.env) if config.initial_skill else None
-        skill = bank_text(read_bank(_initial_skill(config, None, env).text) if env is not None else EMPTY_BANK)
+        skill = bank_text(bank_from_text(_initial_skill(config, None, env).text) if env is not None else EMPTY_BANK)
         source = InitialSkill(skill)
     else:
         source = _initial_skill(config, default_skill, construct_env(env_cls, splits, settings, config.env))

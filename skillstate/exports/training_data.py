@@ -5,7 +5,10 @@ conversational prompt-only rows for GRPOTrainer: the `prompt` (the
 messages the target was sent), and per row the G `sampled_completions`,
 their `rewards` (the run's gate metric of each) and their group-relative
 `advantages` (reward minus the group's mean, over its standard deviation;
-zeros for a group whose rewards are all equal).
+zeros for a group whose rewards are all equal). On a multi-turn environment
+a group is the G episodes of one task (`exports.episodes`): the prompt is the
+episode's first prompt, each sample is the episode's conversation (a list of
+messages), each reward the episode's, and `turns` says how long each was.
 
 `sft_rows` turns the successful rollouts of a run's steps into rows of TRL's
 conversational language-modeling format (one `messages` column of
@@ -24,6 +27,7 @@ from typing import Any
 from skillstate.bank.advantages import group_advantages
 from skillstate.engine.loading import lineage_events, load_run
 from skillstate.errors import UserError
+from skillstate.exports.episodes import episode_group, is_episode
 from skillstate.log.events import RolloutCompleted
 from skillstate.log.values import ItemResult
 from skillstate.skillopt.gate import gate_score
@@ -86,8 +90,8 @@ def _turns(store: Store, calls: list[Any]) -> list[list[dict[str, str]]]:
 
 
 def grpo_rows(store: Store, run_id: str) -> tuple[list[dict[str, Any]], int, int]:
-    """(rows, groups skipped because not single-turn, groups left out because a sample's call failed) of an
-    evaluation run sampled G > 1 times per item."""
+    """(rows, groups skipped (tool-calling, or a call the journal lacks), groups left out because a sample's
+    call failed) of an evaluation run sampled G > 1 times per item."""
     state = load_run(store, run_id).state
     test = state.tests.get("eval")
     if state.kind != "eval" or test is None or not test.results or int(state.config.get("samples", 1)) < 2:
@@ -103,12 +107,19 @@ def grpo_rows(store: Store, run_id: str) -> tuple[list[dict[str, Any]], int, int
         if any(r.fail_reason.startswith("rollout_error") for r in results):
             failed += 1  # a sample the endpoint never answered has no completion to learn from
             continue
-        messages = _messages(json.loads(store.get_blob(results[0].trajectory))) if results[0].trajectory else None
-        if messages is None:
+        first = json.loads(store.get_blob(results[0].trajectory)) if results[0].trajectory else None
+        messages = _messages(first)
+        rewards = [gate_score(r.hard, r.soft, metric, weight) for r in results]
+        episodes = episode_group(store, results) if messages is None and is_episode(first) else None
+        samples: list[Any]  # completions (str), or episode conversations (lists of messages)
+        if messages is not None:
+            prompt, samples = messages[:-1], [r.prediction for r in results]
+        elif episodes is not None:
+            prompt, samples = episodes
+        else:
             skipped += 1
             continue
-        rewards = [gate_score(r.hard, r.soft, metric, weight) for r in results]
-        rows.append({"prompt": messages[:-1], "task_id": item_id, "category": results[0].task_type or None,
-                     "sampled_completions": [r.prediction for r in results], "rewards": rewards,
-                     "advantages": group_advantages(rewards)})
+        row = {"prompt": prompt, "task_id": item_id, "category": results[0].task_type or None,
+               "sampled_completions": samples, "rewards": rewards, "advantages": group_advantages(rewards)}
+        rows.append(row if episodes is None else {**row, "turns": [r.turns for r in results]})
     return rows, skipped, failed

@@ -12,7 +12,7 @@ from skillstate.bank.document import read_bank
 from skillstate.bank.skills import BankSkill
 from skillstate.engine.runner import load_run
 from skillstate.errors import UserError
-from skillstate.log.events import GateDecided, RolloutCompleted
+from skillstate.log.events import GateDecided, RolloutCompleted, RunStarted
 from skillstate.log.events_bank import BankEvolved, BankSeeded, SkillsDistilled
 from skillstate.log.reducer import need
 from skillstate.storage.store import Store
@@ -44,7 +44,10 @@ def explain_bank(store: Store, run_id: str | None, text: str) -> dict[str, Any]:
     events = [s.event for s in loaded.lineage]
     added: dict[str, tuple[Any, BankSkill]] = {}
     for ev in events:
-        if isinstance(ev, (BankSeeded, SkillsDistilled, BankEvolved)):
+        if isinstance(ev, RunStarted):  # the bank file the run started from (initial_skill)
+            for skill in read_bank(store.get_blob(ev.initial_skill)).skills:
+                added.setdefault(skill.id, (ev, skill))
+        elif isinstance(ev, (BankSeeded, SkillsDistilled, BankEvolved)):
             for skill in ev.added:
                 added.setdefault(skill.id, (ev, skill))
     outcomes: dict[tuple[int, str], str] = {}  # (step, item id) -> how that step's rollout of it ended
@@ -88,8 +91,12 @@ def bank_why_text(info: dict[str, Any]) -> str:
         where = " and ".join(n for n, k in (("current", "in_current_bank"), ("best", "in_best_bank")) if s[k])
         where = f"in the {where} bank" if where else "in neither the current nor the best bank"
         lines.append(f"- {s['id']} {s['title']!r} ({s['category'] or 'general'}; {where}): {s['principle']}")
-        lines.append(f"  added by {s['event']} at step {s['step']} ({s['origin']}), teacher call "
-                     f"{(s['call'] or '-')[:12]}; shown to {s['rollouts_shown']} rollouts")
+        if s["event"] == RunStarted.type:
+            lines.append(f"  in the bank file the run started from (initial_skill; origin {s['origin']}); shown to "
+                         f"{s['rollouts_shown']} rollouts")
+        else:
+            lines.append(f"  added by {s['event']} at step {s['step']} ({s['origin']}), teacher call "
+                         f"{(s['call'] or '-')[:12]}; shown to {s['rollouts_shown']} rollouts")
         if s["refines"]:
             ref = s["refines"]
             lines.append(f"  refines {ref if isinstance(ref, str) else ref['id'] + ': ' + ref['principle']}")
