@@ -52,16 +52,14 @@ def test_a_skill_kept_under_its_id_with_new_text_is_refined():
     assert len(d["refined"]) == 1 and "+when: always" in d["refined"][0]["diff"] and d["same"] == 0
 
 
-def test_a_mistake_reads_as_text_whatever_its_shape():
-    from pydantic import BaseModel
+def test_a_mistake_reads_with_its_category_and_is_compared_within_it():
+    from skillstate.bank.skills import Mistake
 
-    class Mistake(BaseModel):
-        text: str
-        category: str | None = None
-
-    assert mistake_text("plain") == "plain"
-    assert mistake_text(Mistake(text="structured", category="math")) == "structured"
-    assert mistake_text({"other": 1}) == '{"other":1}'
+    assert mistake_text(Mistake(text="plain")) == "plain"
+    assert mistake_text(Mistake(text="structured", category="math")) == "structured (math)"
+    moved = bank_diff(Bank(mistakes=("Carry the one",)),
+                      Bank(mistakes=(Mistake(text="Carry the one", category="math"),)))
+    assert moved["mistakes_added"] == ["Carry the one (math)"] and moved["mistakes_dropped"] == ["Carry the one"]
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from skillstate.bank.skillrl_format import (
     mode_for_skill_file,
     to_skillrl,
 )
-from skillstate.bank.skills import Bank, BankSkill, SkillProvenance
+from skillstate.bank.skills import Bank, BankSkill, Mistake, SkillProvenance
 from skillstate.errors import ConfigError
 
 SKILLRL = {
@@ -38,7 +38,8 @@ def test_reading_skillrls_bank_keeps_ids_tiers_categories_and_mistakes():
     assert [s.id for s in bank.skills] == ["gen_001", "hea_001", "cle_001"]
     assert bank.by_id("gen_001").tier == "general" and bank.by_id("hea_001").category == "heat"
     assert all(s.provenance.origin == "import" for s in bank.skills)
-    assert bank.mistakes == ("Revisiting searched places. How to avoid: Keep a list of visited places.",)
+    assert [m.text for m in bank.mistakes] == [
+        "Revisiting searched places. How to avoid: Keep a list of visited places."]
     assert bank_from_text(json.dumps(SKILLRL)) == bank
 
 
@@ -62,13 +63,13 @@ words = st.text(alphabet="abcdef ", min_size=1, max_size=12).filter(str.strip)
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(words, words, st.sampled_from([None, "heat", "cool"])), max_size=6),
-       st.lists(words, max_size=4))
+       st.lists(st.tuples(words, st.sampled_from([None, "heat"])), max_size=4))
 def test_a_bank_survives_the_round_trip(rows, mistakes):
     skills = {}
     for title, principle, category in rows:
         s = BankSkill.make(title, principle, category=category, provenance=SkillProvenance(origin="import"))
         skills.setdefault(s.id, s)
-    bank = Bank(skills=tuple(skills.values())).with_mistakes(mistakes)
+    bank = Bank(skills=tuple(skills.values())).with_mistakes(Mistake(text=t, category=c) for t, c in mistakes)
     back = from_skillrl(json.loads(json.dumps(to_skillrl(bank))))
     assert {s.id: (s.title, s.principle, s.category) for s in back.skills} == {
         s.id: (s.title, s.principle, s.category) for s in bank.skills}

@@ -7,7 +7,9 @@ an object of category -> list of the same (`task_specific_skills`, or
 `{mistake_id, description, why_it_happens, how_to_avoid}`; and `metadata`.
 Reading it gives a skillstate `Bank` whose skills keep SkillRL's ids and are
 marked imported; writing gives that layout back. A mistake is one line in a
-skillstate bank: its description, then how to avoid it.
+skillstate bank: its description, then how to avoid it; its category, which
+SkillRL's mistakes do not have, is written as a `category` key of its own
+and read back.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from skillstate.bank.document import read_bank
-from skillstate.bank.skills import Bank, BankSkill, SkillProvenance, skill_id
+from skillstate.bank.skills import Bank, BankSkill, Mistake, SkillProvenance, skill_id
 from skillstate.errors import ConfigError
 
 TASK_KEYS = ("task_specific_skills", "query_type_skills")
@@ -50,12 +52,14 @@ def _skill(raw: Any, category: str | None, where: str) -> BankSkill:
                      provenance=SkillProvenance(origin="import"))
 
 
-def _mistake(raw: Any) -> str:
+def _mistake(raw: Any) -> Mistake | str:
     if not isinstance(raw, dict):
         return str(raw)
     text = str(raw.get("description") or "").strip()
     avoid = str(raw.get("how_to_avoid") or "").strip()
-    return text + (_AVOID + avoid if avoid else "")
+    line = " ".join((text + (_AVOID + avoid if avoid else "")).split())
+    category = raw.get("category")  # skillstate's own key (SkillRL's mistakes are every task's)
+    return Mistake(text=line, category=str(category)) if line and category else line
 
 
 def from_skillrl(data: dict[str, Any]) -> Bank:
@@ -83,10 +87,11 @@ def to_skillrl(bank: Bank) -> dict[str, Any]:
                 "when_to_apply": skill.when_to_apply}
 
     mistakes = []
-    for i, text in enumerate(bank.mistakes, 1):
-        description, _, avoid = text.partition(_AVOID)
-        mistakes.append({"mistake_id": f"err_{i:03d}", "description": description, "why_it_happens": "",
-                         "how_to_avoid": avoid})
+    for i, mistake in enumerate(bank.mistakes, 1):  # SkillRL's have no category: skillstate's goes in a key of its own
+        description, _, avoid = mistake.text.partition(_AVOID)
+        entry = {"mistake_id": f"err_{i:03d}", "description": description, "why_it_happens": "",
+                 "how_to_avoid": avoid}
+        mistakes.append(entry if mistake.category is None else {**entry, "category": mistake.category})
     categories = dict.fromkeys(s.category for s in bank.skills if s.category is not None)  # in bank order
     return {"general_skills": [row(s) for s in bank.general()],
             "task_specific_skills": {c: [row(s) for s in bank.for_category(c)] for c in categories},

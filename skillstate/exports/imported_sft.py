@@ -2,8 +2,8 @@
 SkillRL's cold start, demonstrations with the skills in context. One row per
 successful trajectory with at least one step: the skills the run's best bank
 gives its category (template retrieval: the category's skills and the first
-`bank.general_k` general ones) and the common mistakes as the system
-message, then per step the observation as a user turn (the first led by the
+`bank.general_k` general ones) and the common mistakes it would be shown
+(`bank.mistakes_k`) as the system message, then per step the observation as a user turn (the first led by the
 task) and the action as the assistant turn."""
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from skillstate.storage.store import Store
 Message = dict[str, str]
 
 
-def trajectory_messages(trajectory: Trajectory, bank: Bank, general_k: int) -> list[Message]:
+def trajectory_messages(trajectory: Trajectory, bank: Bank, general_k: int, mistakes_k: int = 0) -> list[Message]:
     chosen = retrieve_template(bank, trajectory.task_category, general_k)
-    system = render_skills([s for r in chosen if (s := bank.by_id(r.skill_id)) is not None], bank.mistakes)
+    mistakes = [m.text for m in bank.mistakes_for(trajectory.task_category, mistakes_k)]
+    system = render_skills([s for r in chosen if (s := bank.by_id(r.skill_id)) is not None], mistakes)
     messages = [{"role": "system", "content": system}] if system else []
     for n, step in enumerate(trajectory.ordered_steps()):
         user = step.observation
@@ -46,5 +47,7 @@ def imported_sft_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
         raise UserError(f"run {loaded.run_id!r} has no bank yet")
     bank = read_bank(store.get_blob(state.best_skill))
     general_k = int((state.config.get("bank") or {}).get("general_k", 6))
+    mistakes_k = int((state.config.get("bank") or {}).get("mistakes_k", 0))
     trajectories = [Trajectory.model_validate(t) for t in json.loads(store.get_blob(state.trajectories))]
-    return [{"messages": trajectory_messages(t, bank, general_k)} for t in trajectories if t.success and t.steps]
+    return [{"messages": trajectory_messages(t, bank, general_k, mistakes_k)}
+            for t in trajectories if t.success and t.steps]

@@ -10,32 +10,16 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from pydantic import BaseModel
-
-from skillstate.bank.skills import Bank, BankSkill
-from skillstate.util import canonical_json
-
-# The fields a structured common mistake may keep its sentence in, the first found wins.
-_MISTAKE_TEXT_FIELDS = ("text", "mistake", "description", "summary")
+from skillstate.bank.skills import Bank, BankSkill, Mistake
 
 
-def mistake_text(mistake: Any) -> str:
-    """A common mistake as one line of text, whatever its shape (a string, or a structured object)."""
-    if isinstance(mistake, str):
-        return mistake
-    data = mistake.model_dump(mode="json") if isinstance(mistake, BaseModel) else mistake
-    if isinstance(data, dict):
-        for field in _MISTAKE_TEXT_FIELDS:
-            if isinstance(data.get(field), str) and data[field].strip():
-                return data[field]
-    return canonical_json(data)
+def mistake_text(mistake: Mistake) -> str:
+    """A common mistake as one line: its text, and the category it is for, if any."""
+    return mistake.text + (f" ({mistake.category})" if mistake.category else "")
 
 
-def _mistake_key(mistake: Any) -> str:
-    if isinstance(mistake, str):
-        return " ".join(mistake.split()).casefold()
-    data = mistake.model_dump(mode="json") if isinstance(mistake, BaseModel) else mistake
-    return canonical_json(data)
+def _mistake_key(mistake: Mistake) -> tuple[str, str]:
+    return mistake.category or "", mistake.text.casefold()
 
 
 def skill_lines(skill: BankSkill) -> list[str]:

@@ -36,7 +36,7 @@ def step_zero(store: Store, loaded: LoadedRun) -> dict[str, Any]:
                 "trajectories": len(json.loads(store.get_blob(imported))) if imported else 0,
                 "statuses": ev.statuses, "added": [_skill(x) for x in ev.added],
                 "dropped": [{"reason": x.reason, "similar_to": x.similar_to, **_skill(x.skill)} for x in ev.dropped],
-                "mistakes": list(ev.mistakes)}
+                "mistakes": [m.model_dump(mode="json") for m in ev.mistakes]}
         elif isinstance(ev, BaselineEvaluated):
             results = [json.loads(store.get_blob(ev.results))] if ev.results else [[]]
             out["baseline"] = {
