@@ -117,8 +117,13 @@ def show(run_id, step, as_json, db) -> None:
         else:
             click.echo(summary_text(summary))
             if summary.get("kind") != "eval":  # an evaluation run has no steps
+                labels = None
+                if loaded.state.config.get("mode") == "bank":  # what each step did to the bank
+                    from skillstate.reading.bank_steps import step_labels
+
+                    labels = step_labels(e.event for e in loaded.lineage)
                 click.echo("")
-                click.echo("\n".join(history_lines(loaded.state.history)))
+                click.echo("\n".join(history_lines(loaded.state.history, labels=labels)))
             if loaded.state.config.get("mode") == "bank" and loaded.state.best_skill:
                 from skillstate.bank.document import read_bank
                 from skillstate.cli.render import bank_lines

@@ -12,6 +12,7 @@ from skillstate.bank.skills import Bank, BankSkill, SkillProvenance
 from skillstate.cli.main import cli
 from skillstate.engine.loading import load_run
 from skillstate.log.events import GateDecided
+from skillstate.log.events_bank import BankValidated
 from skillstate.reading.bank_diff import bank_diff, is_empty, mistake_text
 from skillstate.reading.bank_steps import step_labels, step_metrics
 from skillstate.storage.store import Store
@@ -81,7 +82,10 @@ def test_each_bank_step_is_labelled_with_what_it_did(bank_db):
         assert "skip" not in label and label.startswith("distilled"), label
         gated = [e for e in events if isinstance(e, GateDecided) and e.step == step and e.decision != "skip"]
         assert ("gated:" in label) == bool(gated), label
-    assert any("validated" in label and "evolved" in label for label in labels.values())
+    assert any("val " in label and "evolved" in label for label in labels.values())
+    for ev in events:  # a validation that rolled the distilled skills back says so, with both scores
+        if isinstance(ev, BankValidated) and ev.kept is False:
+            assert f"val {ev.scores.gate:.3f} < {ev.checked_score:.3f}: rolled back" in labels[ev.step]
 
 
 def test_bank_step_metrics_hold_size_rates_and_retrieval_hits(bank_db):

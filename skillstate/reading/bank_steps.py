@@ -1,6 +1,7 @@
 """What each step of a skill-bank run (`mode: bank`) did, from its events:
-a label such as "distilled 2 (dropped 1) · validated 0.620 · evolved
-letter_counting · gated: accepted", and the step's bank figures (bank size,
+a label such as "distilled 2 (-1) · val 0.620 · evolved letter_counting ·
+gated: accepted" (-1: one proposal dropped; "val 0.550 < 0.600: rolled back"
+when the distilled skills made the bank worse), and the step's bank figures (bank size,
 validation rate per category, retrieval hit rate) that `export-mlflow` logs.
 A bank step is not an edit of a document: it has no edit budget, and a step
 that only distils is not a "skip". Pure: events in, plain data out."""
@@ -26,13 +27,14 @@ def step_label(events: Iterable[Any]) -> str:
     built = False
     for ev in events:
         if isinstance(ev, SkillsDistilled):
-            part = f"distilled {len(ev.added)}" + (f" (dropped {len(ev.dropped)})" if ev.dropped else "")
+            part = f"distilled {len(ev.added)}" + (f" (-{len(ev.dropped)})" if ev.dropped else "")
             parts.append(part if ev.status == "ok" else f"{part}, teacher {ev.status}")
         elif isinstance(ev, BankValidated):
-            parts.append(f"validated {_fmt(ev.scores.gate)}")
+            rolled_back = f" < {_fmt(ev.checked_score)}: rolled back" if ev.kept is False else ""
+            parts.append(f"val {_fmt(ev.scores.gate)}{rolled_back}")
         elif isinstance(ev, BankEvolved):
             if ev.status == "skipped":
-                parts.append("evolve: no category below the threshold")
+                parts.append("nothing to evolve")
             else:
                 cats = ", ".join(ev.categories) or "none"
                 parts.append(f"evolved {cats}" + ("" if ev.status == "ok" else f" (teacher {ev.status})"))
