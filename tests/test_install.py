@@ -69,3 +69,12 @@ def test_installed_dashboard_ships_its_templates_and_charts(installed):
     for name in ("templates/base.html", "templates/run.html", "templates/step.html", "static/chart.umd.min.js",
                  "static/chart.js-LICENSE.md", "static/dashboard.js", "static/dashboard.css"):
         assert (package / name).is_file(), name
+
+
+def test_every_package_of_the_tree_is_installed(installed):
+    """pyproject.toml lists the packages one by one: a package left out of the list is missing from a plain
+    install (the workspace environment once was)."""
+    target, _base, _env = installed
+    tree = sorted(p.parent.relative_to(ROOT) for p in (ROOT / "skillstate").rglob("__init__.py"))
+    missing = [str(p) for p in tree if not (target / p / "__init__.py").exists()]
+    assert not missing, f"not installed (add to [tool.setuptools] packages): {missing}"
