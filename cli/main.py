@@ -6,7 +6,17 @@ them on the group.
 
 from __future__ import annotations
 
-from skillstate.cli import dashboard, evaluate, integrity, read, skill_cmd, tools, train, visual  # noqa: F401  (registers the commands)
+from skillstate.cli import (  # noqa: F401  (registers the commands)
+    dashboard,
+    evaluate,
+    integrity,
+    policy_cmd,
+    read,
+    skill_cmd,
+    tools,
+    train,
+    visual,
+)
 from skillstate.cli.app import cli
 
 

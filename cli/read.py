@@ -179,7 +179,9 @@ def replay(run_id, to_step, verify, as_json, db) -> None:
         report = run_verify(store, run_id)
         if as_json:
             echo_json({"run_id": report.run_id, "ok": report.ok, "checked": report.checked, "total": report.total,
-                       "divergence": report.divergence, "seq": report.seq})
+                       "divergence": report.divergence, "seq": report.seq, "note": report.note})
+        elif report.ok and report.note:
+            click.echo(f"run {report.run_id}: all {report.total} events check ({report.note})")
         elif report.ok:
             click.echo(f"run {report.run_id}: re-execution reproduces all {report.total} events")
         if not report.ok:

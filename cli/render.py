@@ -230,6 +230,10 @@ def summary_text(s: dict[str, Any], width: int | None = None) -> str:
     width = output_width() if width is None else width
     if s.get("kind") == "eval":
         return eval_text(s, width)
+    if s.get("kind") == "policy":
+        from skillstate.cli.policy_view import policy_text
+
+        return "\n".join(policy_text(s, width))
     lines = _headline(s["run_id"], f"{s['status']}, {s['steps']} steps; {s['accepts']} accepted "
                                    f"({s['new_best']} new best), {s['rejects']} rejected, {s['skips']} skipped", width)
     if s.get("stopped"):

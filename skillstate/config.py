@@ -19,6 +19,7 @@ from skillstate.config_parts import (  # noqa: F401  (re-exported: the sections 
     EpisodeConfig,
     ModelConfig,
     OptimizerModelConfig,
+    PolicyConfig,
     SimConfig,
     TargetModelConfig,
 )
@@ -61,6 +62,7 @@ class SkillConfig(Section):
     bank: BankConfig = Field(default_factory=BankConfig)
     sim: SimConfig = Field(default_factory=SimConfig)
     final_selection: FinalSelectionConfig = Field(default_factory=FinalSelectionConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
 
     # training schedule
     num_epochs: int = Field(
@@ -337,7 +339,7 @@ RUNTIME_KEYS = {
     "concurrency", "executor", "ray_address", "ray_num_cpus",
     "max_cost_usd", "prices", "max_consecutive_failures", "max_stage_failure_share",
     "stop_after_no_improvement", "target_score", "max_wall_seconds", "stop_file",
-    "overlap_start", "speculative_rollout",
+    "overlap_start", "speculative_rollout", "policy.torch_threads",
     "optimizer.base_url", "optimizer.api_key_env", "optimizer.timeout", "optimizer.max_retries",
     "optimizer.azure", "optimizer.api_version",
     "target.base_url", "target.api_key_env", "target.timeout", "target.max_retries",

@@ -169,3 +169,42 @@ class SimConfig(Section):
 
         tag = SimNoise.of(self).tag()
         return f"-{tag}" if tag else ""
+
+
+class PolicyConfig(Section):
+    """Training the policy's weights with TRL (`skillstate sft`, `skillstate grpo`; the `train` extra): a
+    local Hugging Face model, PEFT LoRA by default, checkpoints and metrics in the log."""
+
+    base_model: str | None = Field(
+        None, description="The policy to train: a local Hugging Face model directory (weights, config, tokenizer).")
+    method: Literal["sft", "grpo"] = Field(
+        "sft", description="sft: TRL's SFTTrainer on skill-augmented demonstrations; grpo: TRL's GRPOTrainer with the "
+                           "environment's scorer as the reward (set by the command).")
+    output_dir: str | None = Field(
+        None, description="Where checkpoints are written (default: ./policy/RUN_ID).")
+    max_steps: int = Field(20, ge=1, description="Optimizer steps in all.")
+    save_steps: int = Field(10, ge=1, description="A checkpoint (and an event) every N steps; a crash resumes from "
+                                                  "the last one.")
+    learning_rate: float = Field(1e-4, gt=0.0, le=1.0, description="The optimizer's learning rate (constant).")
+    batch_size: int = Field(4, ge=1, description="Rows per device step (grpo: completions, a multiple of "
+                                                 "num_generations).")
+    gradient_accumulation_steps: int = Field(1, ge=1, description="Device steps per optimizer step.")
+    max_length: int = Field(1024, ge=16, description="sft: longest row, in tokens.")
+    num_generations: int = Field(4, ge=2, description="grpo: completions sampled per prompt (the group G).")
+    max_completion_length: int = Field(64, ge=1, description="grpo: longest completion, in tokens.")
+    temperature: float = Field(1.0, gt=0.0, le=2.0, description="grpo: sampling temperature of the completions.")
+    lora: bool = Field(True, description="Train a PEFT LoRA adapter (false: every weight).")
+    lora_r: int = Field(8, ge=1, description="LoRA rank.")
+    lora_alpha: int = Field(16, ge=1, description="LoRA alpha.")
+    lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="LoRA dropout.")
+    lora_target_modules: str = Field("all-linear", description="The modules LoRA adapts (PEFT's target_modules).")
+    validation_interval: int = Field(
+        10, ge=1, description="grpo: every N steps (and at the last), the policy is scored on val per category and "
+                              "the categories below bank.evolution_threshold are evolved (SkillRL's Algorithm 1).")
+    evolve: bool = Field(True, description="grpo: evolve the bank during training (false: validate only).")
+    eval_max_new_tokens: int = Field(64, ge=1, description="Longest reply when the policy is scored.")
+    with_imported: bool = Field(
+        False, description="sft: also train on the source run's imported trajectories (export-sft --with-imported).")
+    torch_threads: int = Field(
+        0, ge=0, description="CPU threads torch uses (0: its default). A small model on a busy machine is often "
+                             "faster with 1.")

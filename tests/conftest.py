@@ -126,6 +126,8 @@ def pytest_configure(config):
                                        f"${SLOW_ENV} is set (.ci/run sets it)")
     config.addinivalue_line("markers", "agentcli: a real agent CLI from npm (.ci/run installs it at a pinned "
                                        f"version); run only when ${SLOW_ENV} is set")
+    config.addinivalue_line("markers", "policy: trains a tiny model with TRL (the train extra: torch's CPU build); "
+                                       f"run only when ${SLOW_ENV} is set (.ci/run sets it)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -133,7 +135,7 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason=f"slow suite: set {SLOW_ENV}=1 to run it (.ci/run does)")
     for item in items:
-        if any(mark in item.keywords for mark in ("slow", "textworlds", "browser", "ray", "agentcli")):
+        if any(mark in item.keywords for mark in ("slow", "textworlds", "browser", "ray", "agentcli", "policy")):
             item.add_marker(skip)
 
 

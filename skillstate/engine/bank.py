@@ -133,7 +133,7 @@ def skip_reason(config: SkillConfig, state: RunState) -> str | None:
     return f"{distilled}; evolution added nothing ({p.evolved.status})"
 
 
-def _views(ctx: RunContext, results: list[ItemResult]) -> list[dict[str, Any]]:
+def item_views(ctx: RunContext, results: list[ItemResult]) -> list[dict[str, Any]]:
     return [item_view(ctx.env, r, json.loads(ctx.blob(need(r.trajectory, "a trajectory")))) for r in results]
 
 
@@ -175,7 +175,7 @@ def _proposals(reply: TeacherReply, origin: Origin, step: int, item_ids: list[st
     return out, unknown
 
 
-def _admit(ctx: RunContext, bank: Bank, reply: TeacherReply, origin: Origin, step: int,
+def admit(ctx: RunContext, bank: Bank, reply: TeacherReply, origin: Origin, step: int,
            item_ids: list[str]) -> tuple[list[BankSkill], list[DroppedSkill]]:
     """The proposals of one teacher reply that the bank takes: deduplicated, at most max_new_skills."""
     cfg = ctx.config.bank
@@ -185,7 +185,7 @@ def _admit(ctx: RunContext, bank: Bank, reply: TeacherReply, origin: Origin, ste
     return added, unknown + list(found.dropped) + [DroppedSkill(skill=s, reason="over_budget") for s in over]
 
 
-def _parsed(result: Any) -> tuple[str, TeacherReply | None]:
+def parsed_reply(result: Any) -> tuple[str, TeacherReply | None]:
     if not result.ok:
         return "error", None
     reply = parse_reply(result.text, TeacherReply)
@@ -196,10 +196,10 @@ def _ask(ctx: RunContext, state: RunState, prompt: str, bank: Bank, origin: Orig
          item_ids: list[str]) -> tuple[str, list[BankSkill], list[DroppedSkill], list[Mistake], Any]:
     """One teacher call: (status, added, dropped, mistakes, call ref)."""
     result = ctx.optimizer(prompt, reply=teacher_reply(ctx, origin))
-    status, reply = _parsed(result)
+    status, reply = parsed_reply(result)
     if reply is None:
         return status, [], [], [], result.ref
-    added, dropped = _admit(ctx, bank, reply, origin, step_progress(state).step, item_ids)
+    added, dropped = admit(ctx, bank, reply, origin, step_progress(state).step, item_ids)
     return status, added, dropped, _mistakes(reply, known_categories(ctx)), result.ref
 
 
@@ -238,11 +238,11 @@ def seed_bank(ctx: RunContext, state: RunState) -> list[Event]:
     results = ctx.map(lambda text: ctx.optimizer(text, reply=shape), [prompt(c) for c in chunks])
     statuses, added, dropped, mistakes = [], [], [], []
     for (won, lost), result in zip(chunks, results, strict=True):
-        status, reply = _parsed(result)
+        status, reply = parsed_reply(result)
         statuses.append(status)
         if reply is None:
             continue
-        new, gone = _admit(ctx, bank, reply, "import", 0, [t.id for t in won + lost])
+        new, gone = admit(ctx, bank, reply, "import", 0, [t.id for t in won + lost])
         seen = _mistakes(reply, known_categories(ctx))
         bank = bank.with_skills(new).with_mistakes(seen)
         added += new
@@ -276,8 +276,8 @@ def distill(ctx: RunContext, state: RunState) -> list[Event]:
         shown[side] = rng.sample(side_results, min(cfg.minibatch_size, len(side_results)))
     prompt = compose(ctx, state, "distill", bank=to_json(bank.model_dump(mode="json")),
                      known_categories=", ".join(known_categories(ctx)),
-                     successes=to_json(_views(ctx, shown["successes"])),
-                     failures=to_json(_views(ctx, shown["failures"])), max_new=cfg.bank.max_new_skills)
+                     successes=to_json(item_views(ctx, shown["successes"])),
+                     failures=to_json(item_views(ctx, shown["failures"])), max_new=cfg.bank.max_new_skills)
     ids = [r.item_id for side in shown.values() for r in side]
     status, added, dropped, mistakes, call = _ask(ctx, state, prompt, bank, "distill", ids)
     new = bank.with_skills(added).with_mistakes(mistakes)
@@ -336,7 +336,7 @@ def evolve(ctx: RunContext, state: RunState) -> list[Event]:
     prompt = compose(ctx, state, "evolve", bank=to_json(bank.model_dump(mode="json")), categories=", ".join(weak),
                      known_categories=", ".join(known_categories(ctx)),
                      rates=to_json({t: round(r, 3) for t, r in sorted(rates.items())}),
-                     failures=to_json(_views(ctx, shown)), max_new=bcfg.max_new_skills)
+                     failures=to_json(item_views(ctx, shown)), max_new=bcfg.max_new_skills)
     status, added, dropped, _mistakes, call = _ask(ctx, state, prompt, bank, "evolve", [r.item_id for r in shown])
     events: list[Event] = [BankEvolved(step=p.step, rates=rates, categories=weak, samples=samples, status=status,
                                        added=added, dropped=dropped, call=call, source=bcfg.evolve_from)]

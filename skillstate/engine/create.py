@@ -5,6 +5,7 @@ after a step. A run row never exists without its first event."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -21,7 +22,7 @@ from skillstate.envs.tools import ToolEnv
 from skillstate.errors import ConfigError, DataError, UserError
 from skillstate.input_files import read_input_text
 from skillstate.llm.base import FatalLLMError
-from skillstate.log.events import RunForked, RunStarted
+from skillstate.log.events import Event, RunForked, RunStarted
 from skillstate.prompts import PROMPT_NAMES, resolve_prompts
 from skillstate.skillopt.final_selection import check_fork_selection, with_selection_split
 from skillstate.skillopt.scheduler import steps_per_epoch
@@ -194,15 +195,19 @@ def uses_tools(env: str) -> bool:
 
 
 def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
-               eval_split: str | None = None) -> str:
+               eval_split: str | None = None, policy: PolicyStart | None = None) -> str:
     """Validate everything, then write the run row and RunStarted atomically.
 
     With `eval_split` the run is an evaluation run: it scores its initial
-    skill on that split and has no steps."""
+    skill on that split and has no steps. With `policy` it is a policy
+    training run (kind policy): its skill is `policy.skill` (a run's best
+    skill or bank), and `policy.events` follow RunStarted in the same
+    transaction."""
+    kind = "eval" if eval_split else "policy" if policy is not None else "train"
     run_id = run_id or new_run_id("eval" if eval_split else "run")
     if store.get_run(run_id) is not None:
         raise UserError(f"run {run_id!r} already exists")
-    preflight(config, roles_of("eval" if eval_split else "train"), probe=False)
+    preflight(config, roles_of(kind), probe=False)
     env_cls = resolve_env(config.env)
     env_cls.check_requirements()
     settings = env_settings(env_cls, config.env_config, config.env)
@@ -219,7 +224,14 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
         from skillstate.llm.embeddings import OpenAIEmbeddings
 
         OpenAIEmbeddings(config.optimizer)  # its key and endpoint settings, before anything is written
-    if config.mode == "bank":  # the bank is the run's skill: an empty one, or a bank file
+    if policy is not None:  # the skill a run ended with, as its log holds it
+        if config.mode == "bank":
+            from skillstate.bank.document import read_bank
+
+            read_bank(policy.skill)
+        source = InitialSkill(policy.skill)
+        skill = source.text
+    elif config.mode == "bank":  # the bank is the run's skill: an empty one, or a bank file
         from skillstate.bank.document import EMPTY_BANK, bank_text
         from skillstate.bank.skillrl_format import bank_from_text
 
@@ -256,24 +268,38 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     tree_blobs = sorted({h for t in ([tree] if tree is not None else []) + distractors for h in t.blobs}
                         - {t.root_hash for t in distractors} - ({tree.root_hash} if tree is not None else set()))
     spe = steps_per_epoch(len(splits[config.train_split]), config.batch_size, config.accumulation)
-    if not eval_split:
+    if kind == "train":
         check_schedule(spe * config.num_epochs)
+    else:  # an evaluation or a policy training has no SkillOpt steps
+        spe = 0
     stored = public_config(config)
     validate_config(stored)  # the config as the log will hold it must read back (a resume reads it so)
-    preflight(config, roles_of("eval" if eval_split else "train"))  # last: it may call the endpoints
+    preflight(config, roles_of(kind))  # last: it may call the endpoints
     event = RunStarted(
         config=stored, initial_skill=put(skill), dataset=dataset,
         dataset_fingerprint=hash_value({k: v["hash"] for k, v in dataset.items()}),
         prompts={name: put(text) for name, text in prompts.items()},
-        steps_per_epoch=0 if eval_split else spe, total_steps=0 if eval_split else spe * config.num_epochs,
+        steps_per_epoch=spe, total_steps=spe * config.num_epochs,
         trajectories=imported,
         skill_tree=tree.root_hash if tree is not None else None,
         skill_tree_blobs=tree_blobs, distractors=[t.root_hash for t in distractors],
-        package_version=__version__, kind="eval" if eval_split else "train", eval_split=eval_split,
+        package_version=__version__, kind=kind, eval_split=eval_split,
     )
-    store.append(run_id, [event], last_seq=0, last_hash=GENESIS, blobs_to_put=blobs,
-                 new_run={"kind": "eval" if eval_split else "train"})
+    events: list[Event] = [event]
+    if policy is not None:
+        blobs.update(policy.blobs)
+        events += policy.events
+    store.append(run_id, events, last_seq=0, last_hash=GENESIS, blobs_to_put=blobs, new_run={"kind": kind})
     return run_id
+
+
+@dataclass(frozen=True)
+class PolicyStart:
+    """What a policy training run starts from (see `create_run`)."""
+
+    skill: str
+    events: list[Event]
+    blobs: dict[str, str]
 
 
 # Keys a fork may not change: they define what the inherited state means (the episode keys decide what an

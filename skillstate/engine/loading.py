@@ -68,8 +68,9 @@ def config_of(state: RunState) -> SkillConfig:
 
 
 def roles_of(kind: str) -> tuple[str, ...]:
-    """The LLM roles a run of this kind calls: an evaluation run only has a target."""
-    return ("target",) if kind == "eval" else ("target", "optimizer")
+    """The LLM roles a run of this kind calls: an evaluation run only has a target, and a policy training run
+    only the teacher (the policy it trains runs here)."""
+    return {"eval": ("target",), "policy": ("optimizer",)}.get(kind, ("target", "optimizer"))
 
 
 @dataclass

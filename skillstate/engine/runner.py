@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from skillstate.config import RUNTIME_KEYS, SkillConfig, redact, stored_config
-from skillstate.engine import ahead, bank, epoch, final_select, prune, reflect, repair, stages, update
+from skillstate.engine import ahead, bank, epoch, final_select, policy_stages, prune, reflect, repair, stages, update
 from skillstate.engine.context import ProgressCallback, RunContext, RunLog, StoreLog
 from skillstate.engine.create import (  # noqa: F401  (re-exported)
     FIXED_ON_FORK,
@@ -79,6 +79,9 @@ STAGES: dict[str, Stage] = {
     "test_baseline": stages.test_eval("baseline"),
     "test_best": stages.test_eval("best"),
     "eval_skill": stages.eval_skill,
+    "policy_train": policy_stages.policy_train,
+    "policy_validate": policy_stages.policy_validate,
+    "policy_evolve": policy_stages.policy_evolve,
     "complete": stages.complete,
 }
 
@@ -90,6 +93,8 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
         if "eval" not in state.tests:
             return "eval_skill"
         return None if state.completed else "complete"
+    if state.kind == "policy":
+        return policy_stages.next_policy_stage(cfg, state)
     if state.baseline is None:
         return "seed_bank" if cfg.mode == "bank" and state.trajectories and not state.seeded else "baseline"
     p = state.progress

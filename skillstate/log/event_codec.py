@@ -39,6 +39,7 @@ from skillstate.log.events_epoch import (
     SlowUpdateProposed,
 )
 from skillstate.log.events_pareto import ParentChosen
+from skillstate.log.events_policy import PolicyBankEvolved, PolicyStarted, PolicyTrained, PolicyValidated
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.selection_events import FinalSelected, SelectionScored
@@ -53,6 +54,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PruneProposed, PruneDecided,
         EditsAblated, ParentChosen,
         SelectionScored, FinalSelected,
+        PolicyStarted, PolicyTrained, PolicyValidated, PolicyBankEvolved,
     )
 }
 

@@ -44,7 +44,9 @@ from skillstate.log.events_epoch import (
     SlowUpdateProposed,
 )
 from skillstate.log.events_pareto import ParentChosen
+from skillstate.log.events_policy import PolicyBankEvolved, PolicyStarted, PolicyTrained, PolicyValidated
 from skillstate.log.events_repair import EditsAblated
+from skillstate.log.policy_fold import reduce_policy
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.prune_fold import fold_prune
 from skillstate.log.selection_events import FinalSelected, SelectionScored
@@ -80,6 +82,7 @@ STAGE_OF = {
     "BankValidated": "validate",
     "BankEvolved": "evolve",
     "BankSeeded": "distill",
+    "PolicyBankEvolved": "evolve",
     "EpochCompared": "slow_update",
     "SlowUpdateProposed": "slow_update",
     "SlowUpdateDecided": "slow_update",
@@ -310,6 +313,9 @@ def reduce(state: RunState, event: Event) -> RunState:
     if isinstance(event, BankEvolved):
         p = _progress(state, event)
         return replace(state, progress=replace(p, evolved=event))
+
+    if isinstance(event, (PolicyStarted, PolicyTrained, PolicyValidated, PolicyBankEvolved)):
+        return reduce_policy(state, event)
 
     if isinstance(event, GateDecided):
         p = _progress(state, event)

@@ -28,6 +28,7 @@ from skillstate.log.events import (
 from skillstate.log.events_bank import BankEvolved, BankValidated, SkillsDistilled
 from skillstate.log.events_epoch import EpochCompared, MetaSkillWritten, SlowUpdateDecided, SlowUpdateProposed
 from skillstate.log.events_pareto import ParentChosen
+from skillstate.log.events_policy import Checkpoint, PolicyBankEvolved, PolicyStarted, PolicyTrained, PolicyValidated
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.prune_events import PruneProposed
 from skillstate.log.selection_events import FinalSelected, SelectionScored
@@ -60,6 +61,18 @@ class StepProgress:
     distilled: SkillsDistilled | None = None
     validated: BankValidated | None = None
     evolved: BankEvolved | None = None
+
+
+@dataclass(frozen=True)
+class PolicyProgress:
+    """A policy training run (kind policy) so far."""
+
+    started: PolicyStarted
+    step: int = 0  # the optimizer steps trained, as of the last checkpoint
+    checkpoint: Checkpoint | None = None
+    trained: tuple[PolicyTrained, ...] = ()
+    validated: tuple[PolicyValidated, ...] = ()
+    evolved: tuple[PolicyBankEvolved, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -164,6 +177,7 @@ class RunState:
     seeded: bool = False  # mode bank: the imported trajectories were distilled (BankSeeded)
     start_skill: str | None = None  # what the baseline scores and step 1 starts from: the initial skill or seeded bank
     bank_checked: str | None = None  # mode bank: the bank last scored on val and kept (distillation rolls back to it)
+    policy: PolicyProgress | None = None  # kind policy: the training so far
     prune: PruneProposed | None = None  # prune: the proposal awaiting its decision
     pruned_step: int = 0  # prune: the last step after which the prune was decided
     prune_rejected: tuple[tuple[str, str], ...] = ()  # prune: (skill, line) of each deletion the gate turned down

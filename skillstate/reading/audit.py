@@ -182,6 +182,7 @@ class VerifyReport:
     total: int
     divergence: str | None = None
     seq: int | None = None
+    note: str | None = None  # what verifying this run did not do (a policy run's training is not re-executed)
 
     @property
     def ok(self) -> bool:
@@ -195,6 +196,16 @@ def verify(store: Store, run_id: str | None) -> VerifyReport:
     report = VerifyReport(loaded.run_id, 0, len(own))
     if not own:
         report.divergence = "the run has no events"
+        return report
+    if loaded.state.kind == "policy":
+        from skillstate.reading.policy_verify import policy_divergence
+
+        report.checked = len(own)
+        report.note = ("training is not re-executed: each checkpoint's hash, each evolution's teacher call and "
+                       "decision were checked")
+        found = policy_divergence(store, loaded)
+        if found is not None:
+            report.divergence, report.seq = found
         return report
     inherited = len(loaded.lineage) - len(own)
     state = RunState()

@@ -18,6 +18,7 @@ from skillstate.log.events import Usage
 from skillstate.log.reducer import RunState, StepRecord, need, usage_totals
 from skillstate.pricing import cost_usd, price_for, sent_cost
 from skillstate.reading.failures import event_call_refs, failed_call_tokens, failed_calls, unused_calls
+from skillstate.reading.policy_view import policy_summary
 from skillstate.reading.selection_report import gap_summary
 from skillstate.reading.skill_text import skill_text, stored_files
 from skillstate.reading.tool_use import tool_use
@@ -177,6 +178,7 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
         "tool_use": tool_use(store, str(s.config.get("env", "qa")), refs, s.config.get("disclosure") == "tools"),
         **({"skill_tree": skill_tree_summary(store, s.skill_tree, s.initial_skill)} if s.skill_tree else {}),
         **({"triggers": triggers} if (triggers := run_triggers(store, s, loaded.lineage)) else {}),
+        **({"policy": policy_summary(s)} if s.policy is not None else {}),
     }
 
 
