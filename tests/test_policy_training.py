@@ -188,7 +188,8 @@ def test_the_command_line_trains_shows_and_refuses_bad_input(world, tmp_path):
                        (["sft", "no-such-run", "--model", str(model), *db], "no-such-run"),
                        (["grpo", "bank", "--model", str(model), "--set", "policy.num_generations=3", *db],
                         "multiple of policy.num_generations"),
-                       (["sft", "--run-id", "cli", "--steps", "3", *db], "continues as it started")):
+                       (["sft", "--run-id", "cli", "--steps", "3", *db], "continues as it started"),
+                       (["fork", "cli", "1", *db], "is a policy training; only training runs can be forked")):
         bad = CliRunner().invoke(cli, args)
         assert bad.exit_code == 2 and says in bad.output, (args, bad.output)
         assert "Traceback" not in bad.output

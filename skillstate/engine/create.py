@@ -327,7 +327,10 @@ def fork_run(store: Store, parent_run_id: str, step: int, overrides: dict[str, A
     be trained later)."""
     parent = lineage_events(store, parent_run_id)
     if parent and getattr(parent[0].event, "kind", "train") != "train":
-        raise UserError(f"run {parent_run_id!r} is an evaluation run; only training runs can be forked")
+        kind = getattr(parent[0].event, "kind", "train")
+        what = {"eval": "an evaluation run", "policy": "a policy training"}.get(kind, "not a training run")
+        hint = "; train a new policy from its source run" if kind == "policy" else ""
+        raise UserError(f"run {parent_run_id!r} is {what}; only training runs can be forked{hint}")
     count = step_boundary(parent, step)
     checked_prefix(store, parent_run_id, parent[:count])  # nothing is built on a damaged log or blob
     state = state_of(parent[:count])
