@@ -32,6 +32,11 @@ def plot(run_ids, output, x_axis, no_bars, title, dpi, db) -> None:
     best skill's test score. A fork's inherited steps are faded. Panel (b):
     the final test report by task type. Needs the plots extra.
 
+    A policy training run (sft, grpo) is drawn as its training curves
+    instead: the loss, for GRPO the mean reward, and the policy's val score
+    at each validation (evolutions of the bank marked). Policy runs and
+    skill runs are not drawn in one figure.
+
     \b
     Examples:
         skillstate plot -o curves.png
