@@ -70,6 +70,12 @@ def export_mlflow(run_id, tracking_uri, experiment, as_json, db) -> None:
     (exported first). Exporting again never duplicates a run: it appends the
     steps logged since, or does nothing. Needs the mlflow extra.
 
+    A policy training run (sft, grpo) logs every metric TRL logged at its
+    step (train/loss, train/reward, ...), each validation (val/gate,
+    val/by_task_type.CATEGORY), each evolution of the bank, the base model's
+    identity and the trainer's settings as params, and its checkpoints'
+    paths and hashes as checkpoints.json (the weights are not uploaded).
+
     \b
     Examples:
         skillstate export-mlflow
