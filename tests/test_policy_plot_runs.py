@@ -92,3 +92,18 @@ def test_a_policy_run_with_a_skill_run_or_the_cost_axis_is_refused_in_one_line(u
     lines = [ln for ln in text.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error: ") and match in lines[0], text
     assert not out.exists()
+
+
+def test_a_policy_runs_status_counts_its_steps_trained(url):
+    from dataclasses import replace
+
+    from skillstate.log.events import StopConditionMet
+    from skillstate.reading.history import status_of
+
+    state = load_run(Store(url), "sft").state
+    assert status_of(state) == "completed"
+    going = replace(state, completed=False, policy=replace(state.policy, step=2))
+    assert status_of(going) == "step 2/4"
+    stop = StopConditionMet(condition="stop_file", reason="the stop file exists", step=2)
+    assert status_of(replace(going, stopped=stop)) == "stopped at step 2/4"
+    assert status_of(replace(going, policy=None)) == "started"
