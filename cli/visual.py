@@ -32,6 +32,11 @@ def plot(run_ids, output, x_axis, no_bars, title, dpi, db) -> None:
     best skill's test score. A fork's inherited steps are faded. Panel (b):
     the final test report by task type. Needs the plots extra.
 
+    A policy training run (sft, grpo) is drawn as its training curves
+    instead: the loss, for GRPO the mean reward, and the policy's val score
+    at each validation (evolutions of the bank marked). Policy runs and
+    skill runs are not drawn in one figure.
+
     \b
     Examples:
         skillstate plot -o curves.png
@@ -64,6 +69,12 @@ def export_mlflow(run_id, tracking_uri, experiment, as_json, db) -> None:
     bank as .json). A fork becomes a nested run of its parent's
     (exported first). Exporting again never duplicates a run: it appends the
     steps logged since, or does nothing. Needs the mlflow extra.
+
+    A policy training run (sft, grpo) logs every metric TRL logged at its
+    step (train/loss, train/reward, ...), each validation (val/gate,
+    val/by_task_type.CATEGORY), each evolution of the bank, the base model's
+    identity and the trainer's settings as params, and its checkpoints'
+    paths and hashes as checkpoints.json (the weights are not uploaded).
 
     \b
     Examples:

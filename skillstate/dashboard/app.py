@@ -130,6 +130,10 @@ def create_app(store: Store, *, allowed_hosts: list[str] | None = None) -> Starl
     def run(request: Request) -> Response:
         rid = run_id_of(request)
         live = version_of([rid])
+        if pages.run_row(cache, rid)["kind"] == "policy":  # a policy training run: its curves and checkpoints
+            from skillstate.dashboard.policy_page import policy_page
+
+            return render("policy.html", **policy_page(cache, rid), live=live, live_scope=rid)
         if pages.run_row(cache, rid)["kind"] == "eval":  # an evaluation run has no steps: its report instead
             from skillstate.dashboard.items import eval_page
 
@@ -154,7 +158,8 @@ def create_app(store: Store, *, allowed_hosts: list[str] | None = None) -> Starl
 
     def skill(request: Request) -> Response:
         rid = run_id_of(request)
-        if pages.run_row(cache, rid)["mode"] == "bank":
+        row = pages.run_row(cache, rid)
+        if row["mode"] == "bank" or row.get("bank"):  # a policy run trained with a bank shows the bank
             return RedirectResponse(f"/runs/{quote(rid)}/bank", status_code=303)
         which = request.query_params.get("which", "best")
         live = version_of([rid])
@@ -184,6 +189,11 @@ def create_app(store: Store, *, allowed_hosts: list[str] | None = None) -> Starl
         return JSONResponse(pages.runs_page(cache))
 
     def api_run(request: Request) -> Response:
+        if pages.run_row(cache, run_id_of(request))["kind"] == "policy":
+            from skillstate.dashboard.policy_page import policy_page
+
+            data = policy_page(cache, run_id_of(request))
+            return JSONResponse({"run": data["run"], "policy": data["policy"]})
         data = pages.run_page(cache, run_id_of(request))
         return JSONResponse({"run": data["run"], "curves": data["curves"], "stage_cost": data["stage_cost"]})
 

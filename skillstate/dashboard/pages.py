@@ -13,12 +13,14 @@ from skillstate.engine.loading import LoadedRun
 from skillstate.errors import CorruptLogError, NotFoundError
 from skillstate.log.events import RunForked
 from skillstate.log.reducer import need
+from skillstate.log.state import RunState
 from skillstate.pricing import sent_cost
 from skillstate.reading.bank_diff import bank_diff, mistake_text
 from skillstate.reading.bank_steps import step_labels
 from skillstate.reading.config_summary import config_summary
 from skillstate.reading.curves import run_curves
 from skillstate.reading.history import status_of
+from skillstate.reading.policy_view import max_steps, policy_baseline
 from skillstate.reading.selection_report import gap_summary
 from skillstate.reading.skill_text import skill_text, stored_files
 from skillstate.reading.step_detail import step_detail
@@ -41,6 +43,7 @@ def _row(cache: RunCache, loaded: LoadedRun) -> dict[str, Any]:
     paid = sent_cost(sent_rows, dict(s.config).get("prices") or {})
     best_test = s.tests.get("best") or s.tests.get("eval")
     started = loaded.own[0].created_at if loaded.own else None
+    policy = _policy_row(s) if s.kind == "policy" else {}
     return {
         "run_id": run_id,
         "kind": s.kind,
@@ -59,7 +62,17 @@ def _row(cache: RunCache, loaded: LoadedRun) -> dict[str, Any]:
         "sent_calls": sum(row[2] for row in sent_rows),
         "started": started.isoformat(timespec="seconds") if started else None,
         "version": loaded.log_position[0],
+        **policy,
     }
+
+
+def _policy_row(s: RunState) -> dict[str, Any]:
+    """A policy training run's line: its method in place of a mode, its steps trained of max_steps, and the
+    base policy's val score (at step 0) as its baseline; `bank` when it has a bank to show."""
+    p = s.policy
+    return {"mode": "policy", "method": p.started.method if p else None, "bank": s.config.get("mode") == "bank",
+            "steps": p.step if p else 0, "total_steps": max_steps(p) if p else None,
+            "baseline_score": policy_baseline(p) if p else None}
 
 
 def runs_page(cache: RunCache) -> list[dict[str, Any]]:
@@ -269,6 +282,8 @@ def compare_page(cache: RunCache, a: str, b: str) -> dict[str, Any]:
     bests = []
     for rid in (a, b):
         loaded = cache.get(rid)
+        if loaded.state.kind == "policy":  # its curves are by training step: its own page draws them
+            raise NotFoundError(f"run {rid!r} is a policy training run: compare shows skill runs (open its page)")
         best = loaded.state.best_skill
         bests.append(best if loaded.state.config.get("mode") == "bank" else None)
         runs.append({"row": run_row(cache, rid), "curves": run_curves(loaded),

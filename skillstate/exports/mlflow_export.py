@@ -41,6 +41,9 @@ are appended, and the summary, artifacts and tags brought up to date. A
 recorded head that is not in the run's log (another database's run of the
 same id, or a rewritten log) is refused.
 
+A policy training run (kind policy) logs its training curves, validations,
+evolutions and checkpoints instead: see `skillstate.exports.mlflow_policy`.
+
 mlflow (the `mlflow` extra) is imported when an export starts.
 """
 
@@ -220,6 +223,8 @@ class _Exporter:
         if loaded.run_id in self.done:
             return self.done[loaded.run_id]
         state = loaded.state
+        if state.kind == "policy":  # a policy training run: its training curves, validations and checkpoints
+            return self._finish(loaded.run_id, self._export_policy(loaded))
         parent = self.export(state.parent_run_id) if state.parent_run_id else None
         curves = run_curves(loaded)
         curves["triggers"] = run_triggers(self.store, state, loaded.lineage)
@@ -282,6 +287,67 @@ class _Exporter:
                       metrics_logged=len(metrics), params_logged=len(params), artifacts_logged=artifacts,
                       exported_steps=int(tags[STEPS_TAG]))
         return self._finish(loaded.run_id, result)
+
+    def _export_policy(self, loaded: Any) -> dict[str, Any]:
+        """A policy run (`skillstate.exports.mlflow_policy`): created, or the events since the recorded head
+        appended, or unchanged."""
+        from mlflow.entities import Metric
+
+        from skillstate.exports import mlflow_policy as mp
+        from skillstate.reading.policy_view import policy_summary
+
+        state = loaded.state
+        summary = policy_summary(state)
+        seq, last_hash = loaded.log_position
+        head = f"{seq}:{last_hash}"
+        status, mlflow_status = _status(state)
+        existing = self.find(loaded.run_id)
+        result: dict[str, Any] = {"run_id": loaded.run_id, "head": head, "status": status,
+                                  "parent_mlflow_run_id": None, "steps_logged": 0, "metrics_logged": 0,
+                                  "params_logged": 0, "artifacts_logged": 0, "exported_steps": summary.get("steps", 0)}
+        if existing is not None:
+            self._check_same_log(existing, loaded)
+            if existing.data.tags.get(HEAD_TAG) == head:
+                return {**result, "mlflow_run_id": existing.info.run_id, "action": "unchanged"}
+        last_ms = _ms(loaded.own[-1].created_at if loaded.own else None)
+        params = {**config_params(dict(state.config), self.param_limit),
+                  **config_params(mp.policy_params(summary), self.param_limit)} if summary else {}
+        if existing is None:
+            run = self.client.create_run(self.experiment_id, start_time=_ms(loaded.own[0].created_at),
+                                         run_name=loaded.run_id, tags={RUN_ID_TAG: loaded.run_id})
+            mlflow_run_id, done_seq, logged, action = run.info.run_id, 0, {}, "created"
+        else:
+            mlflow_run_id, action = existing.info.run_id, "updated"
+            done_seq = int(existing.data.tags.get(HEAD_TAG, "0:").partition(":")[0] or 0)
+            logged = dict(existing.data.metrics)
+            params = {k: v for k, v in params.items() if k not in existing.data.params}
+        new = [s for s in loaded.own if s.seq > done_seq]
+        metrics = [Metric(k, v, when, step) for k, v, when, step in mp.event_metrics(new, _ms, _metric_key)]
+        final = mp.summary_metrics(summary, state) if summary else {}
+        metrics += [Metric(k, v, last_ms, summary["steps"]) for k, v in final.items() if logged.get(k) != v]
+        tags = {RUN_ID_TAG: loaded.run_id, f"{TAG}kind": state.kind, f"{TAG}status": status, HEAD_TAG: head,
+                f"{TAG}database": self.store.display_url, STEPS_TAG: str(summary.get("steps", 0)),
+                f"{TAG}gate_metric": str(state.config.get("gate_metric")),
+                **(mp.policy_tags(summary) if summary else {}),
+                "mlflow.note.content": self._policy_note(loaded.run_id, summary, status)}
+        self._log(mlflow_run_id, metrics, params, tags)
+        artifacts = mp.log_policy_artifacts(self.client, mlflow_run_id, summary) if summary else 0
+        if mlflow_status == "RUNNING":
+            self.client.update_run(mlflow_run_id, status="RUNNING")
+        else:
+            self.client.set_terminated(mlflow_run_id, status=mlflow_status, end_time=last_ms)
+        steps = sum(t.event.step_to - t.event.step_from for t in new if t.type == "PolicyTrained")
+        return {**result, "mlflow_run_id": mlflow_run_id, "action": action, "steps_logged": steps,
+                "metrics_logged": len(metrics), "params_logged": len(params), "artifacts_logged": artifacts}
+
+    def _policy_note(self, run_id: str, summary: dict[str, Any], status: str) -> str:
+        if not summary:
+            return f"skillstate policy run `{run_id}` ({status}) from {self.store.display_url}: not started."
+        model = summary["base_model"]
+        return (f"skillstate policy run `{run_id}` ({summary['method']}, {status}) from {self.store.display_url}.\n\n"
+                f"Base model {model['path']} (sha256 {model['sha256'][:12]}), trained from run "
+                f"`{summary['source_run']}`: {summary['steps']}/{summary['max_steps']} steps. The checkpoints' paths "
+                "and hashes are in checkpoints.json (the weights are not uploaded).")
 
     def _finish(self, run_id: str, result: dict[str, Any]) -> dict[str, Any]:
         self.done[run_id] = result

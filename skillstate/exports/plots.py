@@ -22,6 +22,9 @@ too, the fork starts at its fork step.
 
 Panel (b): the final test report per task type (and over all items), the
 baseline skill against each run's best skill (hard score).
+
+Policy training runs (kind policy) are drawn by `skillstate.exports.policy_plots`
+instead: their loss, reward and val score by training step.
 """
 
 from __future__ import annotations
@@ -436,6 +439,13 @@ def plot_to_file(store: Store, run_ids: list[str | None], output: str | Path, *,
     fmt = output_format(output)  # refuse a bad name before any work
     if dpi < 20 or dpi > 2400:
         raise UserError(f"--dpi must be 20 to 2400, got {dpi}")
+    from skillstate.exports.policy_plots import load_policy, policy_plot_to_file
+
+    policy = load_policy(store, run_ids)
+    if policy is not None:  # policy training runs: their loss, reward and val score by training step
+        if x != "step":
+            raise UserError(f"--x {x} is for skill runs: a policy run's curves are by training step")
+        return policy_plot_to_file(policy, str(output), fmt=fmt, title=title, dpi=dpi)
     curves = load_curves(store, run_ids)
     fig = plot_curves(curves, x=x, bars=bars, title=title)
     path = save_figure(fig, output, dpi=dpi)

@@ -18,7 +18,7 @@ from skillstate.log.events import Usage
 from skillstate.log.reducer import RunState, StepRecord, need, usage_totals
 from skillstate.pricing import cost_usd, price_for, sent_cost
 from skillstate.reading.failures import event_call_refs, failed_call_tokens, failed_calls, unused_calls
-from skillstate.reading.policy_view import policy_summary
+from skillstate.reading.policy_view import policy_status, policy_summary
 from skillstate.reading.selection_report import gap_summary
 from skillstate.reading.skill_text import skill_text, stored_files
 from skillstate.reading.tool_use import tool_use
@@ -113,6 +113,8 @@ def _lines(text: str | None) -> list[str]:
 def status_of(state: RunState) -> str:
     if not state.started:
         return "empty"
+    if state.kind == "policy":
+        return policy_status(state)
     if state.completed:
         return "evaluated" if state.kind == "eval" else "completed"
     if state.baseline is None:

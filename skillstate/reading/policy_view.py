@@ -32,6 +32,27 @@ def seconds_per_step(p: PolicyProgress) -> float | None:
     return sum(t.seconds for t in p.trained) / steps if steps else None
 
 
+def max_steps(p: PolicyProgress) -> int:
+    """The steps the run trains to (TRL's max_steps), else the steps done."""
+    return int(p.started.trainer_config.get("args", {}).get("max_steps", p.step))
+
+
+def policy_baseline(p: PolicyProgress) -> float | None:
+    """The base policy's val score: the validation at step 0, when there was one."""
+    return next((v.scores.gate for v in p.validated if v.step == 0), None)
+
+
+def policy_status(state: RunState) -> str:
+    """A policy run's status: completed, or the steps trained of the steps to train (stopped or not)."""
+    p = state.policy
+    if state.completed:
+        return "completed"
+    if p is None:
+        return "started" if state.stopped is None else "stopped before training"
+    where = f"step {p.step}/{max_steps(p)}"
+    return f"stopped at {where}" if state.stopped is not None else where
+
+
 def policy_summary(state: RunState) -> dict[str, Any]:
     p = state.policy
     if p is None:
@@ -48,7 +69,8 @@ def policy_summary(state: RunState) -> dict[str, Any]:
         "libraries": s.library_versions,
         "output_dir": s.output_dir,
         "steps": p.step,
-        "max_steps": int(s.trainer_config.get("args", {}).get("max_steps", p.step)),
+        "max_steps": max_steps(p),
+        "baseline": policy_baseline(p),
         "seconds_per_step": seconds_per_step(p),
         "last_metrics": {k: last[k] for k in HEADLINE if k in last},
         "curves": {k: [[step, value] for step, value in v] for k, v in lines.items()},

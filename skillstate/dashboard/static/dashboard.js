@@ -166,6 +166,38 @@
     },
   };
 
+  /* a policy training run: one metric TRL logged, by step; the val score at each validation, per category */
+  const policyBuilders = {
+    metric(d, canvas) {
+      const name = canvas.dataset.metric;
+      const points = (d.curves[name] || []).map((p) => ({ x: p[0], y: p[1] }));
+      return { data: { datasets: [{ type: "line", label: name, data: points, borderColor: C.brand, backgroundColor: C.brand,
+        borderWidth: 1.5, pointRadius: points.length > 40 ? 0 : 2 }] },
+      options: base({ plugins: { legend: { display: false } }, scales: {
+        x: { type: "linear", title: { display: true, text: "step" }, ticks: { precision: 0 }, grid: { color: C.grid } },
+        y: { title: { display: true, text: name }, grid: { color: C.grid } } } }) };
+    },
+    validations(d) {
+      const palette = ["#e8590c", "#2f9e44", "#ae3ec9", "#1098ad", "#f08c00", "#d6336c", "#5c940d", "#868e96"];
+      const sets = [{ type: "line", label: "val", data: d.validations.map((v) => ({ x: v.step, y: v.score })),
+        borderColor: C.best, backgroundColor: C.best, borderWidth: 3, pointRadius: 4 }];
+      d.categories.forEach((cat, i) => sets.push({ type: "line", label: cat, borderWidth: 1, pointRadius: 2,
+        data: d.validations.map((v) => ({ x: v.step, y: v.by_task_type[cat] === undefined ? null : v.by_task_type[cat] })),
+        borderColor: palette[i % palette.length], backgroundColor: palette[i % palette.length] }));
+      const gated = d.evolutions.filter((e) => e.candidate_score !== null);
+      if (gated.length) {
+        sets.push(marker("evolved bank kept", gated.filter((e) => e.accepted).map((e) => ({ x: e.step, y: e.candidate_score })),
+          "star", C.acceptBest, 9));
+        sets.push(marker("evolved bank not kept", gated.filter((e) => !e.accepted).map((e) => ({ x: e.step, y: e.candidate_score })),
+          "crossRot", C.reject, 6));
+      }
+      return { data: { datasets: sets }, options: base({ scales: {
+        x: { type: "linear", min: 0, title: { display: true, text: "step" }, ticks: { precision: 0 }, grid: { color: C.grid } },
+        y: { suggestedMin: 0, suggestedMax: 1, title: { display: true, text: "val score" }, grid: { color: C.grid } } } }) };
+    },
+  };
+  Object.assign(builders, policyBuilders);
+
   function base(extra) {
     return Object.assign({ responsive: true, maintainAspectRatio: false, animation: false, normalized: true,
       interaction: { mode: "nearest", intersect: false },
@@ -177,7 +209,7 @@
     const data = readJSON(canvas.dataset.source);
     if (!data || !window.Chart) return;
     if (charts[canvas.id]) charts[canvas.id].destroy();
-    const config = builders[canvas.dataset.chart](data);
+    const config = builders[canvas.dataset.chart](data, canvas);
     config.type = config.type || "scatter";
     charts[canvas.id] = new window.Chart(canvas, config);
   }

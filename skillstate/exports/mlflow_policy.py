@@ -1,0 +1,103 @@
+"""A policy training run (kind policy: `skillstate sft`, `skillstate grpo`) in
+MLflow, for `skillstate.exports.mlflow_export`:
+
+- metrics, each at its optimizer step: every metric TRL logged
+  (`PolicyTrained.metrics`) as `train/NAME` (`train/loss`, `train/reward`,
+  `train/learning_rate`, ...; MLflow's forbidden characters replaced by `_`),
+  each validation of the policy as `val/gate`, `val/hard`, `val/soft` and
+  `val/by_task_type.CATEGORY`, each evolution of the bank as
+  `evolution/added`, `evolution/accepted` (1 or 0), `evolution/base_score`
+  and `evolution/candidate_score`, and the summary `final.steps`,
+  `final.best_score`, `final.best_step`, `final.seconds_per_step`;
+- params: the run's config (as a skill run's), and `method`,
+  `base_model.path`, `base_model.sha256`, `base_model.files`, `source_run`,
+  `dataset.rows`, `dataset.sha256`, `output_dir`, the trainer's settings
+  flattened (`trainer.args.max_steps`, `trainer.lora.r`, ...) and
+  `libraries.torch` and the others;
+- artifacts: `checkpoints.json` (each checkpoint's step, path and SHA-256:
+  the weights are not uploaded) and `policy.json` (the run as `show --json`
+  summarises it, its curves included);
+- tags: a skill run's, and `skillstate.method`,
+  `skillstate.base_model_sha256`, `skillstate.last_checkpoint`.
+
+Exporting again appends only the events logged after the head recorded at
+the last export.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from skillstate.log.events_policy import PolicyBankEvolved, PolicyTrained, PolicyValidated
+
+
+def policy_params(summary: dict[str, Any]) -> dict[str, Any]:
+    """What the policy was trained from and how, as a nested dict for `config_params` to flatten."""
+    return {"method": summary["method"], "base_model": summary["base_model"], "source_run": summary["source_run"],
+            "dataset": summary["dataset"], "output_dir": summary["output_dir"], "trainer": summary["trainer"],
+            "libraries": summary["libraries"]}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return None
+    return float(value)
+
+
+def event_metrics(stored: list[Any], ms: Any, key: Any) -> list[tuple[str, float, int, int]]:
+    """(key, value, timestamp in ms, step) of each policy event in `stored` (the run's own stored events)."""
+    out: list[tuple[str, float, int, int]] = []
+    seen: set[tuple[str, int]] = set()
+
+    def put(name: str, value: Any, when: int, step: int) -> None:
+        number = _number(value)
+        if number is not None and (name, step) not in seen:  # TRL's closing row repeats the epoch at its step
+            seen.add((name, step))
+            out.append((key(name), number, when, step))
+
+    for s in stored:
+        e, when = s.event, ms(s.created_at)
+        if isinstance(e, PolicyTrained):
+            for row in e.metrics:
+                step = int(row.get("step", e.step_to))
+                for name, value in row.items():
+                    if name != "step":
+                        put(f"train/{name}", value, when, step)
+            put("train/seconds_per_step", e.seconds / max(e.step_to - e.step_from, 1), when, e.step_to)
+        elif isinstance(e, PolicyValidated):
+            for name in ("gate", "hard", "soft"):
+                put(f"val/{name}", getattr(e.scores, name), when, e.step)
+            for category, scores in e.scores.by_task_type.items():
+                put(f"val/by_task_type.{category}", scores.hard, when, e.step)
+        elif isinstance(e, PolicyBankEvolved):
+            put("evolution/added", len(e.added), when, e.step)
+            put("evolution/accepted", 1 if e.accepted else 0, when, e.step)
+            put("evolution/base_score", e.base_score, when, e.step)
+            put("evolution/candidate_score", e.candidate_score, when, e.step)
+    return out
+
+
+def summary_metrics(summary: dict[str, Any], state: Any) -> dict[str, float]:
+    out = {"final.steps": _number(summary["steps"]), "final.best_score": _number(state.best_score),
+           "final.best_step": _number(state.best_step), "final.seconds_per_step": _number(summary["seconds_per_step"])}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def policy_tags(summary: dict[str, Any]) -> dict[str, str]:
+    last = summary["checkpoints"][-1] if summary["checkpoints"] else None
+    return {"skillstate.method": summary["method"], "skillstate.base_model_sha256": summary["base_model"]["sha256"],
+            "skillstate.last_checkpoint": f"step {last['step']}: {last['path']} ({last['sha256']})" if last else ""}
+
+
+def log_policy_artifacts(client: Any, mlflow_run_id: str, summary: dict[str, Any]) -> int:
+    """`checkpoints.json` and `policy.json`; the number of files."""
+    with tempfile.TemporaryDirectory(prefix="skillstate-mlflow-") as tmp:
+        root = Path(tmp)
+        (root / "checkpoints.json").write_text(json.dumps(summary["checkpoints"], indent=1), encoding="utf-8")
+        (root / "policy.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False, default=str),
+                                          encoding="utf-8")
+        client.log_artifacts(mlflow_run_id, str(root))
+    return 2
