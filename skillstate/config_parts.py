@@ -199,8 +199,9 @@ class PolicyConfig(Section):
     lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="LoRA dropout.")
     lora_target_modules: str = Field("all-linear", description="The modules LoRA adapts (PEFT's target_modules).")
     validation_interval: int = Field(
-        10, ge=1, description="grpo: every N steps (and at the last), the policy is scored on val per category and "
-                              "the categories below bank.evolution_threshold are evolved (SkillRL's Algorithm 1).")
+        10, ge=1, description="Every N steps (and before the first and after the last), the policy is scored on val "
+                              "per category; grpo then evolves the categories below bank.evolution_threshold "
+                              "(SkillRL's Algorithm 1).")
     evolve: bool = Field(True, description="grpo: evolve the bank during training (false: validate only).")
     eval_max_new_tokens: int = Field(64, ge=1, description="Longest reply when the policy is scored.")
     with_imported: bool = Field(

@@ -84,6 +84,11 @@ class EnvFailure(SkillstateError):
     code raised): not the target's fault, so never scored as a failed item."""
 
 
+class TrainingFailure(EnvFailure):
+    """Policy training failed on this machine (the trainer raised, the loss diverged, the local model would not
+    load or generate): the run stops at its last event, resumable once fixed."""
+
+
 class EnvStop(RunStopped):
     """A run stopped because its environment failed; resumable once fixed."""
 

@@ -24,9 +24,15 @@ from typing import Any
 from skillstate.config import SkillConfig, stored_config, validate_config
 from skillstate.config_sources import merge_overrides
 from skillstate.engine.context import ProgressCallback
-from skillstate.engine.create import PolicyStart
+from skillstate.engine.create import FIXED_ON_FORK, PolicyStart
 from skillstate.engine.loading import load_run, new_run_id
-from skillstate.engine.policy_model import library_versions, model_identity, require_training_libraries
+from skillstate.engine.policy_model import (
+    check_base_model,
+    check_output_dir,
+    library_versions,
+    model_identity,
+    require_training_libraries,
+)
 from skillstate.engine.runner import continue_run, create_run
 from skillstate.envs import QAEnv
 from skillstate.envs.registry import resolve_env
@@ -120,11 +126,17 @@ def create_policy_run(store: Store, method: str, source_run: str, base_model: st
     from skillstate.engine.policy_train import trainer_settings
     from skillstate.util import canonical_json
 
+    fixed = [k for k in overrides if k in FIXED_ON_FORK or k.split(".")[0] in FIXED_ON_FORK]
+    if fixed:
+        raise UserError(f"{fixed[0]} is the source run's: a policy trains on that run's data and skills (set only "
+                        "policy.*, the gate and runtime keys)")
     config = _config(store, source_run, method, base_model, overrides)
     _check(config, method)
     identity = model_identity(base_model)
+    check_base_model(identity.path)
     run_id = run_id or new_run_id(method)
     output_dir = str(Path(config.policy.output_dir or f"policy/{run_id}").resolve())
+    check_output_dir(output_dir)
     source = load_run(store, source_run).state
     skill = store.get_blob(source.best_skill or source.current_skill or "")
     blobs: dict[str, str] = {}

@@ -144,3 +144,44 @@ def test_a_rollback_needs_the_bank_it_restores():
     assert (done.current_skill, done.current_score, done.bank_checked) == ("a", 0.3, "a")
     assert decode("BankValidated", 1, json.loads(BankValidated(step=2, split="val", skill="b",
                                                                scores=scores).model_dump_json())).kept is None
+
+
+def test_a_fork_that_changes_the_gate_metric_compares_banks_by_the_new_metric(tmp_path):
+    """The bank last kept was scored under the parent's metric; the fork's rollback rule rescores it."""
+    from skillstate.skillopt import gate as gate_rules
+
+    store, _ = _train(tmp_path, "p", seed=7, sim={"noise": "moderate"}, bank={"validation_interval": 1})
+    from skillstate.trainer import Trainer
+
+    child = Trainer(store=store, run_id="p").fork(0, {"gate_metric": "soft"}, "c")
+    child.train()
+    state = RunState()
+    checked = 0
+    for event in _events(store, "c"):
+        if isinstance(event, BankValidated) and event.checked is not None:
+            before = state.score_cache[f"{event.split}:{event.checked}"]
+            assert event.checked_score == gate_rules.gate_of(before, "soft", 0.5, 0.0)
+            assert event.kept == (event.scores.gate >= event.checked_score)
+            checked += 1
+        state = reduce(state, event)
+    assert checked
+
+
+def test_runs_before_categorized_mistakes_read_their_teacher_as_they_did():
+    """A reply whose mistakes are objects was unparseable for a run asking for bare lines, and still is."""
+    from skillstate.engine.bank import LineMistakesReply, TeacherReply, parsed_reply
+    from skillstate.llm.base import CallResult
+    from skillstate.log.values import CallRef
+
+    reply = '{"skills": [{"title": "t", "principle": "p"}], "mistakes": [{"text": "x", "category": null}]}'
+    result = CallResult(ref=CallRef(request_hash="h", role="optimizer"), text=reply)
+    assert parsed_reply(result, LineMistakesReply) == ("unparseable", None)
+    status, parsed = parsed_reply(result, TeacherReply)
+    assert status == "ok" and parsed.mistakes[0].text == "x"
+
+
+def test_a_bank_read_back_keeps_its_mistakes_as_written():
+    from skillstate.bank.document import bank_text
+
+    for text in ('{"mistakes":["  "],"skills":[]}', '{"mistakes":["x  y"],"skills":[]}'):
+        assert bank_text(read_bank(text)) == text

@@ -93,7 +93,7 @@ def test_grpo_rewards_from_the_environment_and_evolves_the_bank_through_the_jour
     evolved = [e for e in events if isinstance(e, PolicyBankEvolved)]
     assert [e.step for e in evolved] == [2]  # between validations, never after the last step
     e = evolved[0]
-    assert e.status == "ok" and e.categories and e.call is not None
+    assert e.status == "ok" and e.categories and e.call is not None and e.samples
     teacher = [c for c in store.read_calls("grpo") if c.role == "optimizer"]
     assert [c.request_hash for c in teacher] == [e.call.request_hash]  # the teacher's call, journaled
     val_ids = {i["id"] for i in map(json.loads, (EXAMPLES / "qa" / "val.jsonl").read_text().splitlines())}
@@ -218,3 +218,51 @@ def test_without_the_train_extra_a_policy_command_says_what_to_install(monkeypat
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trl" else real(name, *a))
     with pytest.raises(ConfigError, match=r'needs trl: pip install "skillstate\[train\]"'):
         require_training_libraries()
+
+
+@pytest.mark.policy
+def test_a_model_that_will_not_load_or_a_folder_that_cannot_be_written_writes_no_run(world, tmp_path):
+    from skillstate.policy import PolicyTrainer
+
+    store, model, base = world
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    before = len(store.list_runs())
+    with pytest.raises(ConfigError, match="transformers cannot load it"):
+        PolicyTrainer(store, "sft", source_run="bank", base_model=str(broken), run_id="b1").prepare()
+    with pytest.raises(ConfigError, match="cannot write checkpoints there"):
+        PolicyTrainer(store, "sft", source_run="bank", base_model=str(model), run_id="b2",
+                      overrides={"policy.output_dir": "/proc/no-such-place"}).prepare()
+    with pytest.raises(UserError, match="data is the source run's"):
+        PolicyTrainer(store, "sft", source_run="bank", base_model=str(model), run_id="b3",
+                      overrides={"data": str(tmp_path)}).prepare()
+    assert len(store.list_runs()) == before
+
+
+@pytest.mark.policy
+def test_a_diverged_loss_stops_the_run_in_one_line_and_it_stays_resumable(world, monkeypatch):
+    from skillstate.errors import EnvStop
+
+    store, model, base = world
+    real = policy_stages.train_stretch
+
+    def diverges(**kw):
+        metrics, path = real(**kw)
+        return [{**m, "loss": float("nan")} if "loss" in m else m for m in metrics], path
+
+    monkeypatch.setattr(policy_stages, "train_stretch", diverges)
+    with pytest.raises(EnvStop, match="training diverged by step 2: loss not finite"):
+        _train(store, "sft", "nan", model, base, **{"policy.max_steps": 2, "policy.save_steps": 2})
+    assert not [e for e in _events(store, "nan") if isinstance(e, PolicyTrained)]
+    assert audit(store, "nan").ok
+
+
+@pytest.mark.policy
+def test_sft_is_scored_at_every_validation_interval(world):
+    store, model, base = world
+    _train(store, "sft", "every", model, base, **{"policy.max_steps": 3, "policy.save_steps": 10,
+                                                   "policy.validation_interval": 2})
+    events = _events(store, "every")
+    assert [v.step for v in events if isinstance(v, PolicyValidated)] == [0, 2, 3]
+    assert [(t.step_from, t.step_to) for t in events if isinstance(t, PolicyTrained)] == [(0, 2), (2, 3)]

@@ -99,18 +99,15 @@ class Mistake(_Frozen):
     form every mistake had before they had categories, so those banks keep
     their JSON (and their blobs' hashes)."""
 
-    text: str = Field(min_length=1)
+    text: str
     category: str | None = None
 
     @model_validator(mode="before")
     @classmethod
-    def _one_line(cls, data: Any) -> Any:
-        """A bare string is a general mistake; whitespace runs become one space."""
-        if isinstance(data, str):
-            data = {"text": data}
-        if isinstance(data, dict) and isinstance(data.get("text"), str):
-            data = {**data, "text": " ".join(data["text"].split())}
-        return data
+    def _bare_text(cls, data: Any) -> Any:
+        """A bare string is a general mistake, kept as written (a bank read back is the bank that was written;
+        `of` and `with_mistakes` tidy new ones)."""
+        return {"text": data} if isinstance(data, str) else data
 
     @model_validator(mode="after")
     def _named_category(self) -> Mistake:
@@ -124,15 +121,15 @@ class Mistake(_Frozen):
 
     @classmethod
     def of(cls, raw: str | Mistake) -> Mistake | None:
-        """A mistake from a line (whitespace runs collapsed) or a Mistake; None for a blank line."""
-        if isinstance(raw, Mistake):
-            return raw
-        text = " ".join(raw.split())
-        return cls(text=text) if text else None
+        """A new mistake, from a line or a Mistake, its whitespace runs collapsed; None when it is blank."""
+        text = " ".join((raw.text if isinstance(raw, Mistake) else raw).split())
+        if not text:
+            return None
+        return cls(text=text, category=raw.category if isinstance(raw, Mistake) else None)
 
 
 def _mistake_key(mistake: Mistake) -> tuple[str, str]:
-    return mistake.category or "", mistake.text.casefold()
+    return mistake.category or "", " ".join(mistake.text.split()).casefold()
 
 
 class Bank(_Frozen):

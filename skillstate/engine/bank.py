@@ -25,6 +25,7 @@ from skillstate.engine.scoring import evaluate_cached
 from skillstate.log.events import CandidateBuilt, Event, ItemResult
 from skillstate.log.events_bank import BankEvolved, BankSeeded, BankValidated, SkillsDistilled
 from skillstate.log.reducer import RunState, cache_key, need, step_progress
+from skillstate.skillopt import gate as gate_rules
 from skillstate.util import seeded_rng
 
 
@@ -185,18 +186,22 @@ def admit(ctx: RunContext, bank: Bank, reply: TeacherReply, origin: Origin, step
     return added, unknown + list(found.dropped) + [DroppedSkill(skill=s, reason="over_budget") for s in over]
 
 
-def parsed_reply(result: Any) -> tuple[str, TeacherReply | None]:
+def parsed_reply(result: Any, shape: type[BaseModel] = TeacherReply) -> tuple[str, TeacherReply | None]:
+    """(status, reply) of a teacher call, read in the shape the run asked for (a run before categorized
+    mistakes took a reply whose mistakes are not all lines as unparseable, and still does)."""
     if not result.ok:
         return "error", None
-    reply = parse_reply(result.text, TeacherReply)
+    found = parse_reply(result.text, shape)
+    reply = TeacherReply.model_validate(found.model_dump()) if found is not None else None
     return ("ok", reply) if reply is not None else ("unparseable", None)
 
 
 def _ask(ctx: RunContext, state: RunState, prompt: str, bank: Bank, origin: Origin,
          item_ids: list[str]) -> tuple[str, list[BankSkill], list[DroppedSkill], list[Mistake], Any]:
     """One teacher call: (status, added, dropped, mistakes, call ref)."""
-    result = ctx.optimizer(prompt, reply=teacher_reply(ctx, origin))
-    status, reply = parsed_reply(result)
+    shape = teacher_reply(ctx, origin)
+    result = ctx.optimizer(prompt, reply=shape)
+    status, reply = parsed_reply(result, shape)
     if reply is None:
         return status, [], [], [], result.ref
     added, dropped = admit(ctx, bank, reply, origin, step_progress(state).step, item_ids)
@@ -238,7 +243,7 @@ def seed_bank(ctx: RunContext, state: RunState) -> list[Event]:
     results = ctx.map(lambda text: ctx.optimizer(text, reply=shape), [prompt(c) for c in chunks])
     statuses, added, dropped, mistakes = [], [], [], []
     for (won, lost), result in zip(chunks, results, strict=True):
-        status, reply = parsed_reply(result)
+        status, reply = parsed_reply(result, shape)
         statuses.append(status)
         if reply is None:
             continue
@@ -292,8 +297,12 @@ def validate_bank(ctx: RunContext, state: RunState) -> list[Event]:
     scores, blob, usage = evaluate_cached(ctx, state, skill, split)
     checked, checked_score, kept = None, None, None
     before = state.score_cache.get(cache_key(split, state.bank_checked or ""))
-    if ctx.config.bank.gate_distillation and state.bank_checked not in (None, skill) and before is not None:
-        checked, checked_score, kept = state.bank_checked, before.gate, scores.gate >= before.gate
+    cfg = ctx.config
+    if cfg.bank.gate_distillation and state.bank_checked not in (None, skill) and before is not None:
+        # its score as this run's gate counts it (a fork may have changed the gate metric since it was cached)
+        checked_score = gate_rules.gate_of(before, cfg.gate_metric, cfg.gate_mixed_weight,
+                                           cfg.semantic_density_weight)
+        checked, kept = state.bank_checked, scores.gate >= checked_score
     return [BankValidated(step=p.step, split=split, skill=skill, scores=scores, cached=blob is None, results=blob,
                           usage_by_role=usage, checked=checked, checked_score=checked_score, kept=kept)]
 

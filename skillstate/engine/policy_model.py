@@ -109,6 +109,36 @@ def model_identity(path: str) -> ModelIdentity:
     return ModelIdentity(path=str(root.resolve()), sha256=sha, files=count)
 
 
+def check_base_model(path: str) -> None:
+    """The model and its tokenizer load, and the tokenizer has a chat template (the prompts are
+    conversations): a one-line error otherwise, before any run is written."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        with quiet():
+            AutoConfig.from_pretrained(path)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception as err:  # whatever transformers raises on a folder it cannot read
+        raise ConfigError(f"policy.base_model {path}: transformers cannot load it: {type(err).__name__}: "
+                          f"{str(err).strip().splitlines()[0][:200] if str(err).strip() else 'no message'}") from None
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"policy.base_model {path}: its tokenizer has no chat template, and the prompts are "
+                          "conversations: use an instruct or chat model")
+
+
+def check_output_dir(path: str) -> None:
+    """The checkpoint folder can be made and written to."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".skillstate-write-check"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(f"policy.output_dir {path}: cannot write checkpoints there ({err.strerror or err})") \
+            from None
+
+
 ADAPTER_FILES = ["adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"]
 WEIGHT_FILES = ["config.json", "model.safetensors", "pytorch_model.bin"]
 
@@ -148,7 +178,8 @@ class LocalPolicy:
                                                  return_dict=True)
         with torch.no_grad(), quiet():
             out = self.model.generate(**ids, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                      pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id)
+                                      pad_token_id=self.tokenizer.eos_token_id if self.tokenizer.pad_token_id is None
+                                      else self.tokenizer.pad_token_id)
         prompt_len = ids["input_ids"].shape[1]
         new = out[0][prompt_len:]
         text = str(self.tokenizer.decode(new, skip_special_tokens=True))

@@ -9,8 +9,11 @@ it on val. The training prompts are built with the bank as it stands."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from skillstate.bank.document import bank_text, prompt_for, read_bank
@@ -18,18 +21,36 @@ from skillstate.bank.evolution import categories_to_evolve, failure_sample_plan
 from skillstate.config import SkillConfig
 from skillstate.engine.bank import admit, item_views, known_categories, parsed_reply, teacher_reply
 from skillstate.engine.context import RunContext
-from skillstate.engine.policy_model import LocalPolicy, checkpoint_sha256, model_identity
+from skillstate.engine.policy_model import LocalPolicy, checkpoint_sha256, model_identity, require_training_libraries
 from skillstate.engine.policy_train import train_stretch
 from skillstate.engine.prompting import compose, to_json
 from skillstate.engine.scoring import summarize
 from skillstate.envs import QAEnv
-from skillstate.errors import ConfigError, UserError
+from skillstate.errors import ConfigError, SkillstateError, TrainingFailure, UserError
 from skillstate.log.events import Event, ItemResult
 from skillstate.log.events_policy import Checkpoint, PolicyBankEvolved, PolicyTrained, PolicyValidated
 from skillstate.log.reducer import RunState, need
 from skillstate.log.state import PolicyProgress
 from skillstate.skillopt import gate as gate_rules
-from skillstate.util import canonical_json, seeded_rng, sha256_text
+from skillstate.util import canonical_json, first_line, seeded_rng, sha256_text
+
+
+@contextlib.contextmanager
+def _failing_as(what: str) -> Iterator[None]:
+    """A failure of the trainer or the local model, as one line that stops the run (resumable once fixed)."""
+    try:
+        yield
+    except (SkillstateError, KeyboardInterrupt):
+        raise
+    except Exception as err:
+        raise TrainingFailure(f"{what} failed: {type(err).__name__}: {first_line(err, 'no message')}") from err
+
+
+def finite_metrics(row: dict[str, float]) -> dict[str, float]:
+    """A logged row as the log can hold it: a metric that is NaN or infinite (other than the loss, which stops
+    the run) is left out, and `nonfinite` counts those left out."""
+    kept = {k: v for k, v in row.items() if math.isfinite(v)}
+    return kept if len(kept) == len(row) else {**kept, "nonfinite": float(len(row) - len(kept))}
 
 
 def _policy(state: RunState) -> PolicyProgress:
@@ -59,9 +80,8 @@ def next_policy_stage(cfg: SkillConfig, state: RunState) -> str | None:
 def stretch_end(cfg: SkillConfig, p: PolicyProgress) -> int:
     """The step the next stretch trains up to: the next checkpoint, validation or the end, whichever is first."""
     pc = cfg.policy
-    ends = [pc.max_steps, (p.step // pc.save_steps + 1) * pc.save_steps]
-    if p.started.method == "grpo":
-        ends.append((p.step // pc.validation_interval + 1) * pc.validation_interval)
+    ends = [pc.max_steps, (p.step // pc.save_steps + 1) * pc.save_steps,
+            (p.step // pc.validation_interval + 1) * pc.validation_interval]
     return min(ends)
 
 
@@ -82,6 +102,7 @@ def _resume_from(p: PolicyProgress) -> str | None:
 
 def _base(p: PolicyProgress) -> str:
     """The base model's folder, checked against the identity the run recorded."""
+    require_training_libraries()  # a resume on a machine without the train extra: one line
     base = p.started.base_model
     try:
         found = model_identity(base.path).sha256
@@ -150,9 +171,16 @@ def policy_train(ctx: RunContext, state: RunState) -> list[Event]:
         rows = grpo_rows(ctx, bank)
         prompts_sha = sha256_text(canonical_json(rows))
         reward = reward_of(ctx)
-    metrics, path = train_stretch(cfg=cfg.policy, base=base, method=p.started.method, seed=cfg.seed,
-                                  output_dir=p.started.output_dir, rows=rows, reward=reward, step_to=step_to,
-                                  resume=resume)
+    with _failing_as(f"training steps {p.step + 1} to {step_to}"):
+        metrics, path = train_stretch(cfg=cfg.policy, base=base, method=p.started.method, seed=cfg.seed,
+                                      output_dir=p.started.output_dir, rows=rows, reward=reward, step_to=step_to,
+                                      resume=resume)
+    diverged = sorted({k for m in metrics for k, v in m.items() if k in ("loss", "grad_norm") and
+                       not math.isfinite(v)})
+    if diverged:
+        raise TrainingFailure(f"training diverged by step {step_to}: {' and '.join(diverged)} not finite; lower "
+                              "policy.learning_rate and train a new policy run")
+    metrics = [finite_metrics(m) for m in metrics]
     return [PolicyTrained(step_from=p.step, step_to=step_to, metrics=metrics, bank=bank, prompts_sha256=prompts_sha,
                           checkpoint=Checkpoint(step=step_to, path=path, sha256=checkpoint_sha256(path)),
                           seconds=round(time.perf_counter() - started, 3))]
@@ -166,7 +194,8 @@ def _score_items(ctx: RunContext, policy: LocalPolicy, bank: str, items: list[di
     out = []
     for item in items:
         system, retrieved = _system(ctx, text, item)
-        done = ctx.env.rollout(system, item, policy.complete, ctx.prompts)
+        with _failing_as(f"the policy's rollout of {item['id']}"):
+            done = ctx.env.rollout(system, item, policy.complete, ctx.prompts)
         stored = done.trajectory if done.trajectory is not None else done.messages
         out.append(ItemResult(item_id=item["id"], task_type=done.task_type, hard=done.hard, soft=done.soft,
                               fail_reason=done.fail_reason, prediction=done.prediction,
@@ -177,7 +206,9 @@ def _score_items(ctx: RunContext, policy: LocalPolicy, bank: str, items: list[di
 
 def _local(ctx: RunContext, p: PolicyProgress) -> LocalPolicy:
     pc = ctx.config.policy
-    return LocalPolicy(_base(p), _resume_from(p), pc.eval_max_new_tokens, pc.torch_threads)
+    base, checkpoint = _base(p), _resume_from(p)
+    with _failing_as(f"loading the policy ({checkpoint or base})"):
+        return LocalPolicy(base, checkpoint, pc.eval_max_new_tokens, pc.torch_threads)
 
 
 def _summary(ctx: RunContext, results: list[ItemResult]):
@@ -224,8 +255,9 @@ def policy_evolve(ctx: RunContext, state: RunState) -> list[Event]:
                      known_categories=", ".join(known_categories(ctx)),
                      rates=to_json({t: round(r, 3) for t, r in sorted(rates.items())}),
                      failures=to_json(item_views(ctx, shown)), max_new=bcfg.max_new_skills)
-    result = ctx.optimizer(prompt, reply=teacher_reply(ctx, "evolve"))
-    status, reply = parsed_reply(result)
+    shape = teacher_reply(ctx, "evolve")
+    result = ctx.optimizer(prompt, reply=shape)
+    status, reply = parsed_reply(result, shape)
     added, dropped = admit(ctx, bank, reply, "evolve", p.step, [r.item_id for r in shown]) if reply else ([], [])
     event = PolicyBankEvolved(step=p.step, rates=rates, categories=weak, samples=samples, status=status, added=added,
                               dropped=dropped, call=result.ref, base_skill=base, base_score=validated.scores.gate,

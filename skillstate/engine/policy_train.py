@@ -11,13 +11,13 @@ is off, and every metric it logs is returned for the event."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from skillstate.config_parts import PolicyConfig
 from skillstate.engine.policy_model import quiet, use_threads
+from skillstate.errors import TrainingFailure
 
 Reward = Callable[..., list[float]]
 
@@ -42,8 +42,8 @@ def trainer_settings(cfg: PolicyConfig, method: str, seed: int) -> dict[str, Any
 def _plain(logs: dict[str, Any], step: int) -> dict[str, float]:
     out = {"step": float(step)}
     for key, value in logs.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
-            out[key] = float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = float(value)  # NaN and infinities too: the stage refuses a diverged loss
     return out
 
 
@@ -98,5 +98,5 @@ def train_stretch(*, cfg: PolicyConfig, base: str, method: str, seed: int, outpu
         trainer.train(resume_from_checkpoint=resume)
     checkpoint = Path(output_dir) / f"checkpoint-{step_to}"
     if not checkpoint.is_dir():
-        raise RuntimeError(f"the trainer stopped before step {step_to}: no checkpoint at {checkpoint}")
+        raise TrainingFailure(f"the trainer stopped before step {step_to}: no checkpoint at {checkpoint}")
     return logged, str(checkpoint)

@@ -201,8 +201,8 @@ def verify(store: Store, run_id: str | None) -> VerifyReport:
         from skillstate.reading.policy_verify import policy_divergence
 
         report.checked = len(own)
-        report.note = ("training is not re-executed: each checkpoint's hash, each evolution's teacher call and "
-                       "decision were checked")
+        report.note = ("training is not re-executed: each checkpoint's hash was checked, and each evolution's "
+                       "teacher call is in the journal, its bank and its decision follow from what it recorded")
         found = policy_divergence(store, loaded)
         if found is not None:
             report.divergence, report.seq = found
