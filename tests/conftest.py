@@ -251,3 +251,19 @@ def assert_paid_once(store, run_id: str) -> None:
     """No request was sent twice: what a crashed session sent is served on resume."""
     hashes = [c.request_hash for c in store.read_calls(run_id) if c.error is None]
     assert len(hashes) == len(set(hashes))
+
+
+def trajectories_file(path, n: int = 24) -> str:
+    """A JSONL file of `n` one-step trajectories in SkillRL's format from the sim world's train items, every
+    third a failure (mode bank's `bank.trajectories`)."""
+    import json
+
+    rows = []
+    for i, item in enumerate(bundled_splits()["train"][:n]):
+        ok = i % 3 != 0
+        rows.append({"id": f"t{i}", "task_description": item["question"], "task_category": item["task_type"],
+                     "steps": [{"observation": item["question"], "action": item["answers"][0] if ok else "?",
+                                "reward": float(ok), "step_index": 0}],
+                     "total_reward": float(ok), "success": ok, "metadata": {}})
+    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    return str(path)

