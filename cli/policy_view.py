@@ -37,6 +37,10 @@ def policy_text(s: dict[str, Any], width: int) -> list[str]:
         if e["status"] == "skipped":
             lines.extend(wrapped(f"step {e['step']}: no category below the evolution threshold", width))
             continue
+        if e["status"] == "no_failures":
+            lines.extend(wrapped(f"step {e['step']}: {', '.join(e['categories'])} below the threshold, but the "
+                                 "policy failed none of the train items tried: no teacher call", width))
+            continue
         gate = (f"kept, val {fmt(e['base_score'])} -> {fmt(e['candidate_score'])}" if e["accepted"] else
                 f"not kept (val {fmt(e['candidate_score'])} against {fmt(e['base_score'])})"
                 if e["candidate_score"] is not None else f"teacher {e['status']}, nothing added")

@@ -185,3 +185,14 @@ def test_a_bank_read_back_keeps_its_mistakes_as_written():
 
     for text in ('{"mistakes":["  "],"skills":[]}', '{"mistakes":["x  y"],"skills":[]}'):
         assert bank_text(read_bank(text)) == text
+
+
+def test_an_evolution_with_no_failure_to_show_asks_no_teacher(tmp_path, monkeypatch):
+    from skillstate.engine import bank as bank_stages
+
+    monkeypatch.setattr(bank_stages, "_failure_pool", lambda ctx, state: [])  # a train batch with no failure
+    store, _ = _train(tmp_path, "n", seed=42, bank={"evolution_threshold": 1.0})
+    evolved = [e for e in _events(store, "n") if e.type == "BankEvolved"]
+    assert evolved and all(e.status == "no_failures" and e.call is None and e.categories for e in evolved)
+    distilled = [e for e in _events(store, "n") if e.type == "SkillsDistilled"]
+    assert len([c for c in store.read_calls("n") if c.role == "optimizer"]) == len(distilled)

@@ -69,6 +69,8 @@ class LineMistakesReply(BaseModel):
 
 
 LineMistakesReply.__name__ = "TeacherReply"  # the schema's name those runs sent, so their requests hash as they did
+
+
 class EvolveReply(BaseModel):  # what the evolve prompt asks for: skills (new, or refining one), no mistakes
     model_config = ConfigDict(extra="ignore")
 
@@ -177,7 +179,7 @@ def _proposals(reply: TeacherReply, origin: Origin, step: int, item_ids: list[st
 
 
 def admit(ctx: RunContext, bank: Bank, reply: TeacherReply, origin: Origin, step: int,
-           item_ids: list[str]) -> tuple[list[BankSkill], list[DroppedSkill]]:
+          item_ids: list[str]) -> tuple[list[BankSkill], list[DroppedSkill]]:
     """The proposals of one teacher reply that the bank takes: deduplicated, at most max_new_skills."""
     cfg = ctx.config.bank
     proposed, unknown = _proposals(reply, origin, step, item_ids, known_categories(ctx))
@@ -339,6 +341,8 @@ def evolve(ctx: RunContext, state: RunState) -> list[Event]:
     for ids in failed.values():
         rng.shuffle(ids)
     samples = failure_sample_plan(rates, failed, bcfg.evolution_threshold, bcfg.evolve_samples)
+    if not samples:  # no failure of those categories to learn from (train's batch had none): no teacher call
+        return [BankEvolved(step=p.step, rates=rates, categories=weak, status="no_failures", source=bcfg.evolve_from)]
     by_id = {r.item_id: r for r in results}
     shown = [by_id[i] for ids in samples.values() for i in ids]
     bank = read_bank(ctx.blob(need(state.current_skill, "the current bank")))
@@ -346,7 +350,7 @@ def evolve(ctx: RunContext, state: RunState) -> list[Event]:
                      known_categories=", ".join(known_categories(ctx)),
                      rates=to_json({t: round(r, 3) for t, r in sorted(rates.items())}),
                      failures=to_json(item_views(ctx, shown)), max_new=bcfg.max_new_skills)
-    status, added, dropped, _mistakes, call = _ask(ctx, state, prompt, bank, "evolve", [r.item_id for r in shown])
+    status, added, dropped, _unused, call = _ask(ctx, state, prompt, bank, "evolve", [r.item_id for r in shown])
     events: list[Event] = [BankEvolved(step=p.step, rates=rates, categories=weak, samples=samples, status=status,
                                        added=added, dropped=dropped, call=call, source=bcfg.evolve_from)]
     if added:

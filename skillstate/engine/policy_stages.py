@@ -247,6 +247,9 @@ def policy_evolve(ctx: RunContext, state: RunState) -> list[Event]:
         if r.hard < 1:
             failed.setdefault(r.task_type or "untyped", []).append(r.item_id)
     samples = failure_sample_plan(rates, failed, bcfg.evolution_threshold, bcfg.evolve_samples)
+    if not samples:  # the policy failed no train item of those categories it tried: nothing to show the teacher
+        return [PolicyBankEvolved(step=p.step, rates=rates, categories=weak, status="no_failures", base_skill=base,
+                                  base_score=validated.scores.gate, failures=_blob(ctx, tried))]
     by_id = {r.item_id: r for r in tried}
     shown = [by_id[i] for ids in samples.values() for i in ids]
     bank = read_bank(ctx.blob(base))

@@ -100,7 +100,7 @@ class BankEvolved(Event):
     categories: list[str]  # below the threshold, worst first
     samples: dict[str, list[str]] = Field(default_factory=dict)  # category -> failed item ids shown
     source: str = "val"  # the split the failures shown came from (bank.evolve_from; val before it existed)
-    status: str  # ok | unparseable | error | skipped (no category below the threshold)
+    status: str  # ok | unparseable | error | skipped (no category below the threshold) | no_failures (none to show)
     added: list[BankSkill] = Field(default_factory=list)
     dropped: list[DroppedSkill] = Field(default_factory=list)
     call: CallRef | None = None

@@ -89,7 +89,7 @@ class PolicyBankEvolved(Event):
     rates: dict[str, float]
     categories: list[str]
     samples: dict[str, list[str]] = Field(default_factory=dict)
-    status: str  # ok | unparseable | error | skipped
+    status: str  # ok | unparseable | error | skipped (none below the threshold) | no_failures (none to show)
     added: list[BankSkill] = Field(default_factory=list)
     dropped: list[DroppedSkill] = Field(default_factory=list)
     call: CallRef | None = None

@@ -35,6 +35,8 @@ def step_label(events: Iterable[Any]) -> str:
         elif isinstance(ev, BankEvolved):
             if ev.status == "skipped":
                 parts.append("nothing to evolve")
+            elif ev.status == "no_failures":
+                parts.append(f"evolve {', '.join(ev.categories)}: no train failure to show")
             else:
                 cats = ", ".join(ev.categories) or "none"
                 parts.append(f"evolved {cats}" + ("" if ev.status == "ok" else f" (teacher {ev.status})"))
