@@ -67,7 +67,9 @@ def test_a_command_that_outruns_its_time_or_forks_without_end_is_stopped(tmp_pat
     slow = run_command("sleep 30", tmp_path, FAST, SANDBOX_ROOT)
     assert slow.timed_out and slow.summary() == "killed: it ran past the time limit"
     bomb = run_command("f(){ f|f& }; f; sleep 30", tmp_path, FAST, SANDBOX_ROOT)
-    assert bomb.timed_out and not bomb.ok
+    # stopped either way: killed at its time limit, or its shell could not even fork `sleep` under the
+    # process limit and gave up (on a busy machine the limit is reached before the bomb's shell gets that far)
+    assert not bomb.ok and (bomb.timed_out or "Cannot fork" in bomb.output), bomb.output[-300:]
 
 
 def test_the_workspace_is_writable_at_a_stable_path(tmp_path):
