@@ -239,12 +239,11 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
     health = CallHealth(0, 1.0) if verifying else CallHealth(config.max_consecutive_failures,
                                                               config.max_stage_failure_share)
     clients = {}
-    index = None if verifying else store.known_calls(scope)  # one query: claims of new requests ask no more
     for role in roles_of(state.kind):
         config.model_for(role)  # a missing model is a user error before anything runs
         backend = None if verifying else factory(config, env, role)
         clients[role] = RecordingClient(backend, store, run_id=run_id, role=role, run_ids=scope,
-                                        before=verify_until, budget=budget, health=health, index=index)
+                                        before=verify_until, budget=budget, health=health)
     ahead = {} if verifying else {  # work done ahead of time: own breaker counts, same journal
         role: client.sibling(AheadHealth(health)) for role, client in clients.items()}
     ctx = RunContext(store=store, run_id=run_id, config=config, env=env, prompts=prompts, clients=clients,

@@ -42,8 +42,7 @@ def result_of(h: str, role: str, resp: ChatResponse | None, error: str | None) -
 
 class RecordingClient:
     def __init__(self, backend: LLMClient | None, store: Store, *, run_id: str, role: str,
-                 run_ids: list[str] | None = None, before=None, budget=None, health: CallHealth | None = None,
-                 index: set[str] | None = None):
+                 run_ids: list[str] | None = None, before=None, budget=None, health: CallHealth | None = None):
         self.backend = backend
         self.store = store
         self.run_id = run_id
@@ -58,11 +57,6 @@ class RecordingClient:
         self._finished: dict[str, int] = {}  # request hash -> how many of its sends here have been recorded
         self._owners: dict[str, object] = {}  # request hash in flight -> the task holding it (Ray), or None
         self._inflight_lock = threading.Lock()
-        # The requests with a successful call in the journal when the run's session began, and those recorded
-        # since (`Store.known_calls`): a request not in it is not asked for; with it, each successful call
-        # recorded is checked in its commit for an earlier one that another process recorded meanwhile. None:
-        # ask the journal before every send.
-        self.index = index
 
     def complete(self, request: ChatRequest) -> CallResult:
         """One request, sent at most once at a time: a request already in
@@ -134,8 +128,6 @@ class RecordingClient:
             self.release(h, owner)
 
     def _serve(self, h: str) -> CallResult | None:
-        if self.index is not None and h not in self.index:
-            return None
         row = self.store.find_call(h, run_ids=self.run_ids)
         if row is None:
             return None
@@ -172,20 +164,13 @@ class RecordingClient:
                latency_ms: float) -> CallResult:
         """Journal one sent request's outcome (sent here, or by a Ray worker) and count it."""
         pt, ct = (resp.prompt_tokens, resp.completion_tokens) if resp is not None else (0, 0)
-        first = self.store.record_call(run_id=self.run_id, role=self.role, request_hash=h, model=model,
-                                       request=body, response=resp.to_dict() if resp is not None else None,
-                                       prompt_tokens=pt, completion_tokens=ct, latency_ms=latency_ms, error=error,
-                                       first_in=self.run_ids if self.index is not None else False)
+        self.store.record_call(run_id=self.run_id, role=self.role, request_hash=h, model=model,
+                               request=body, response=resp.to_dict() if resp is not None else None,
+                               prompt_tokens=pt, completion_tokens=ct, latency_ms=latency_ms, error=error)
         self.sent += 1
         if self.budget is not None and resp is not None:
             self.budget.add(model, pt, ct)
         self.health.record(self.role, error)
-        if error is None and self.index is not None:
-            self.index.add(h)  # a set's add is atomic under the GIL; readers only test membership
-        if first is not None and first.error is None:  # another process recorded this request first: its reply
-            served = ChatResponse.from_dict(first.response or {})  # is the one resume and verify serve
-            return CallResult(self._ref(h, served), text=served.text, cached=True,
-                              truncated=served.finish_reason == "length", tool_calls=served.tool_calls)
         return result_of(h, self.role, resp, error)
 
     def sibling(self, health: CallHealth) -> RecordingClient:
@@ -193,7 +178,7 @@ class RecordingClient:
         budget and in-flight requests (so a request is still sent at most
         once at a time), with its own circuit-breaker counts."""
         other = RecordingClient(self.backend, self.store, run_id=self.run_id, role=self.role, run_ids=self.run_ids,
-                                before=self.before, budget=self.budget, health=health, index=self.index)
+                                before=self.before, budget=self.budget, health=health)
         other._inflight, other._finished, other._inflight_lock = self._inflight, self._finished, self._inflight_lock
         other._owners = self._owners
         return other

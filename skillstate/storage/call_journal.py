@@ -58,50 +58,15 @@ _AS_OF = {scoped: query.where(llm_calls.c.created_at <= bindparam("as_of")).orde
 _INSERT_CALL = insert(llm_calls)
 
 
-_OK_HASHES = select(llm_calls.c.request_hash).where(llm_calls.c.ok.is_(True)).distinct()
-_OK_HASHES_IN_RUNS = _OK_HASHES.where(llm_calls.c.run_id.in_(bindparam("run_ids", expanding=True)))
-_FIRST_IDS = select(func.min(llm_calls.c.id)).where(
-    llm_calls.c.ok.is_(True), llm_calls.c.request_hash.in_(bindparam("hashes", expanding=True))
-).group_by(llm_calls.c.request_hash)
-# the first successful call of each of a batch's requests (in any run, or in the given runs)
-_FIRST_OK_OF = {scoped: select(*_CALL_COLUMNS).where(llm_calls.c.id.in_(
-    ids.where(llm_calls.c.run_id.in_(bindparam("run_ids", expanding=True))) if scoped else ids))
-    for scoped, ids in ((False, _FIRST_IDS), (True, _FIRST_IDS))}
-
-# The most successful request hashes an index of the journal holds; past that, every claim asks the database.
-MAX_INDEXED_CALLS = 1_000_000
-
-
 class _PendingCall:
-    """A call row waiting for its batch to be committed; with `scope` (the run ids a client is served from, or
-    None for all), the first successful call of its hash in that scope as of the commit (`first`), unless it is
-    this row."""
+    """A call row waiting for its batch to be committed."""
 
-    __slots__ = ("row", "done", "error", "scope", "check", "first")
+    __slots__ = ("row", "done", "error")
 
-    def __init__(self, row: dict[str, Any], check: bool = False, scope: list[str] | None = None):
+    def __init__(self, row: dict[str, Any]):
         self.row = row
         self.done = False
         self.error: Exception | None = None
-        self.check, self.scope = check, scope
-        self.first: CallRow | None = None
-
-
-def _first_calls(conn: Any, checked: list[_PendingCall]) -> None:
-    """For each checked row just inserted: the first successful call of its request in its scope, when that
-    is another row (`first`). One query per scope, inside the batch's transaction."""
-    by_scope: dict[tuple[str, ...] | None, list[_PendingCall]] = {}
-    for p in checked:
-        by_scope.setdefault(None if p.scope is None else tuple(p.scope), []).append(p)
-    for scope, pending in by_scope.items():
-        params: dict[str, Any] = {"hashes": sorted({p.row["request_hash"] for p in pending})}
-        if scope is not None:
-            params["run_ids"] = list(scope)
-        first = {row[0]: row for row in conn.execute(_FIRST_OK_OF[scope is not None], params).all()}
-        for p in pending:
-            row = first.get(p.row["request_hash"])
-            if row is not None and row[1] != p.row["response"]:  # the same text as this row: this row, or its twin
-                p.first = _call_row(row)
 
 
 def _call_row(row: Any) -> CallRow | None:
@@ -141,37 +106,18 @@ class CallJournal:
             return _call_row(rows[-1] if rows else None)
         return _call_row(next(r for r in rows if r[2] is None))
 
-    def known_calls(self, run_ids: list[str] | None = None) -> set[str] | None:
-        """The request hashes with a successful call (in `run_ids`, or in any run): an index a client may
-        answer "not in the journal" from without asking, or None when there are more than
-        MAX_INDEXED_CALLS."""
-        query = _OK_HASHES if run_ids is None else _OK_HASHES_IN_RUNS
-        params = {} if run_ids is None else {"run_ids": list(run_ids)}
-        with self.engine.connect() as conn:
-            rows = conn.execute(query.limit(MAX_INDEXED_CALLS + 1), params).scalars().all()
-        return None if len(rows) > MAX_INDEXED_CALLS else set(rows)
-
     def record_call(self, *, run_id: str, role: str, request_hash: str, model: str, request: dict[str, Any] | str,
                     response: dict[str, Any] | None, prompt_tokens: int, completion_tokens: int,
-                    latency_ms: float, error: str | None, first_in: list[str] | None | bool = False
-                    ) -> CallRow | None:
+                    latency_ms: float, error: str | None) -> None:
         """Journal one call. `request` is the request, or its canonical JSON
-        when the caller already has it (the text its hash was taken of).
-
-        With `first_in` (the run ids a client is served from, or None for any
-        run; False: no check), a successful call is checked in the same
-        transaction against the journal: when an earlier successful call of
-        the same request is there (another process recorded it since the
-        caller last looked), that call is returned, and it is the reply to
-        use: it is what resume and verify will serve."""
+        when the caller already has it (the text its hash was taken of)."""
         row: dict[str, Any] = dict(
             run_id=run_id, role=role, request_hash=request_hash, model=model,
             request=request if isinstance(request, str) else canonical_json(request),
             response=canonical_json(response) if response is not None else None,
             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_ms=latency_ms,
             error=error, ok=error is None)
-        check = first_in is not False and error is None
-        pending = _PendingCall(row, check, None if first_in is False or first_in is True else first_in)
+        pending = _PendingCall(row)
         with self._calls_cond:
             row["created_at"] = utc_now()  # in the order of the ids the rows get, as when each was its own insert
             self._calls_pending.append(pending)
@@ -184,9 +130,8 @@ class CallJournal:
             else:
                 if pending.error is not None:
                     raise pending.error
-                return pending.first
+                return
         self._write_calls(batch, pending)
-        return pending.first
 
     def _write_calls(self, batch: list[_PendingCall], mine: _PendingCall) -> None:
         """Group commit: the calls recorded while the previous batch was being
@@ -197,7 +142,6 @@ class CallJournal:
         try:
             with self._write_lock, self.engine.begin() as conn:
                 conn.execute(_INSERT_CALL, [p.row for p in batch])
-                _first_calls(conn, [p for p in batch if p.check])
         except Exception as err:
             error = err
         except BaseException:  # interrupted, nothing written: the other callers write their rows themselves
