@@ -1,7 +1,7 @@
 """`skillstate`: the command line. Thin: parse, call the library, print.
 
-The commands live in `train`, `evaluate`, `read`, `integrity` and `tools`; importing them registers
-them on the group.
+The commands live in the modules imported below (`train`, `evaluate`, `read`, `export_cmd`,
+`policy_cmd`, ...); importing them registers them on the group.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from skillstate.cli import (  # noqa: F401  (registers the commands)
     dashboard,
     evaluate,
+    export_cmd,
     integrity,
     policy_cmd,
     read,
