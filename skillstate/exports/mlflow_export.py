@@ -110,7 +110,7 @@ def _quiet() -> Iterator[None]:
             log.setLevel(level)
 
 
-def _ms(when: dt.datetime | None) -> int:
+def epoch_ms(when: dt.datetime | None) -> int:
     if when is None:
         return int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
     if when.tzinfo is None:  # SQLite hands back naive datetimes: skillstate stores UTC
@@ -118,7 +118,7 @@ def _ms(when: dt.datetime | None) -> int:
     return int(when.timestamp() * 1000)
 
 
-def _metric_key(key: str) -> str:
+def metric_key(key: str) -> str:
     return _BAD_KEY_CHARS_RE.sub("_", key)[:250]
 
 
@@ -145,11 +145,11 @@ def config_params(config: dict[str, Any], limit: int = 6000) -> dict[str, str]:
             text = redact(str(value))
         if len(text) > limit:
             text = text[: limit - 3] + "..."
-        out[_metric_key(key)] = text
+        out[metric_key(key)] = text
     return out
 
 
-def _status(state: Any) -> tuple[str, str]:
+def run_status(state: Any) -> tuple[str, str]:
     """(skillstate status, MLflow run status)."""
     from skillstate.reading.history import status_of
 
@@ -166,7 +166,7 @@ def _summary_metrics(curves: dict[str, Any], state: Any) -> dict[str, float]:
 
     def put(key: str, value: Any) -> None:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
-            out[_metric_key(key)] = float(value)
+            out[metric_key(key)] = float(value)
 
     for name, value in (curves.get("baseline") or {}).items():
         if name != "n":
@@ -224,7 +224,9 @@ class _Exporter:
             return self.done[loaded.run_id]
         state = loaded.state
         if state.kind == "policy":  # a policy training run: its training curves, validations and checkpoints
-            return self._finish(loaded.run_id, self._export_policy(loaded))
+            from skillstate.exports.mlflow_policy import export_policy
+
+            return self._finish(loaded.run_id, export_policy(self, loaded))
         parent = self.export(state.parent_run_id) if state.parent_run_id else None
         curves = run_curves(loaded)
         curves["triggers"] = run_triggers(self.store, state, loaded.lineage)
@@ -232,11 +234,11 @@ class _Exporter:
         head = f"{seq}:{last_hash}"
         existing = self.find(loaded.run_id)
         if existing is not None:
-            self._check_same_log(existing, loaded)
+            self.check_same_log(existing, loaded)
         fork_step = state.fork_step or 0
         decided = [row for row in curves["steps"]
                    if row.get("decision") is not None and row["step"] > fork_step]
-        status, mlflow_status = _status(state)
+        status, mlflow_status = run_status(state)
         tags = {RUN_ID_TAG: loaded.run_id, f"{TAG}kind": state.kind, f"{TAG}status": status, HEAD_TAG: head,
                 f"{TAG}database": self.store.display_url, STEPS_TAG: str(decided[-1]["step"] if decided else fork_step),
                 f"{TAG}decision_codes": ",".join(f"{k}={v}" for k, v in DECISION_CODES.items()),
@@ -258,9 +260,10 @@ class _Exporter:
                           exported_steps=int(existing.data.tags.get(STEPS_TAG, "0") or 0))
             return self._finish(loaded.run_id, result)
 
-        times = {s.step: _ms(s.created_at) for s in loaded.lineage if s.type == "GateDecided" and s.step is not None}
-        first_ms = _ms(loaded.own[0].created_at if loaded.own else None)
-        last_ms = _ms(loaded.own[-1].created_at if loaded.own else None)
+        times = {s.step: epoch_ms(s.created_at) for s in loaded.lineage
+                 if s.type == "GateDecided" and s.step is not None}
+        first_ms = epoch_ms(loaded.own[0].created_at if loaded.own else None)
+        last_ms = epoch_ms(loaded.own[-1].created_at if loaded.own else None)
         if existing is None:
             run = self.client.create_run(self.experiment_id, start_time=first_ms, run_name=loaded.run_id,
                                          tags={RUN_ID_TAG: loaded.run_id})
@@ -277,7 +280,7 @@ class _Exporter:
         new_rows = [row for row in decided if row["step"] > done_steps]
         metrics = self._metrics(new_rows, times, curves, state, logged, last_ms, self._bank_metrics(loaded))
         tags["mlflow.note.content"] = self._note(loaded.run_id, curves, status, parent)
-        self._log(mlflow_run_id, metrics, params, tags)
+        self.log(mlflow_run_id, metrics, params, tags)
         artifacts = self._artifacts(mlflow_run_id, loaded, curves, new_rows, created=existing is None)
         if mlflow_status == "RUNNING":
             self.client.update_run(mlflow_run_id, status="RUNNING")
@@ -288,73 +291,12 @@ class _Exporter:
                       exported_steps=int(tags[STEPS_TAG]))
         return self._finish(loaded.run_id, result)
 
-    def _export_policy(self, loaded: Any) -> dict[str, Any]:
-        """A policy run (`skillstate.exports.mlflow_policy`): created, or the events since the recorded head
-        appended, or unchanged."""
-        from mlflow.entities import Metric
-
-        from skillstate.exports import mlflow_policy as mp
-        from skillstate.reading.policy_view import policy_summary
-
-        state = loaded.state
-        summary = policy_summary(state)
-        seq, last_hash = loaded.log_position
-        head = f"{seq}:{last_hash}"
-        status, mlflow_status = _status(state)
-        existing = self.find(loaded.run_id)
-        result: dict[str, Any] = {"run_id": loaded.run_id, "head": head, "status": status,
-                                  "parent_mlflow_run_id": None, "steps_logged": 0, "metrics_logged": 0,
-                                  "params_logged": 0, "artifacts_logged": 0, "exported_steps": summary.get("steps", 0)}
-        if existing is not None:
-            self._check_same_log(existing, loaded)
-            if existing.data.tags.get(HEAD_TAG) == head:
-                return {**result, "mlflow_run_id": existing.info.run_id, "action": "unchanged"}
-        last_ms = _ms(loaded.own[-1].created_at if loaded.own else None)
-        params = {**config_params(dict(state.config), self.param_limit),
-                  **config_params(mp.policy_params(summary), self.param_limit)} if summary else {}
-        if existing is None:
-            run = self.client.create_run(self.experiment_id, start_time=_ms(loaded.own[0].created_at),
-                                         run_name=loaded.run_id, tags={RUN_ID_TAG: loaded.run_id})
-            mlflow_run_id, done_seq, logged, action = run.info.run_id, 0, {}, "created"
-        else:
-            mlflow_run_id, action = existing.info.run_id, "updated"
-            done_seq = int(existing.data.tags.get(HEAD_TAG, "0:").partition(":")[0] or 0)
-            logged = dict(existing.data.metrics)
-            params = {k: v for k, v in params.items() if k not in existing.data.params}
-        new = [s for s in loaded.own if s.seq > done_seq]
-        metrics = [Metric(k, v, when, step) for k, v, when, step in mp.event_metrics(new, _ms, _metric_key)]
-        final = mp.summary_metrics(summary, state) if summary else {}
-        metrics += [Metric(k, v, last_ms, summary["steps"]) for k, v in final.items() if logged.get(k) != v]
-        tags = {RUN_ID_TAG: loaded.run_id, f"{TAG}kind": state.kind, f"{TAG}status": status, HEAD_TAG: head,
-                f"{TAG}database": self.store.display_url, STEPS_TAG: str(summary.get("steps", 0)),
-                f"{TAG}gate_metric": str(state.config.get("gate_metric")),
-                **(mp.policy_tags(summary) if summary else {}),
-                "mlflow.note.content": self._policy_note(loaded.run_id, summary, status)}
-        self._log(mlflow_run_id, metrics, params, tags)
-        artifacts = mp.log_policy_artifacts(self.client, mlflow_run_id, summary) if summary else 0
-        if mlflow_status == "RUNNING":
-            self.client.update_run(mlflow_run_id, status="RUNNING")
-        else:
-            self.client.set_terminated(mlflow_run_id, status=mlflow_status, end_time=last_ms)
-        steps = sum(t.event.step_to - t.event.step_from for t in new if t.type == "PolicyTrained")
-        return {**result, "mlflow_run_id": mlflow_run_id, "action": action, "steps_logged": steps,
-                "metrics_logged": len(metrics), "params_logged": len(params), "artifacts_logged": artifacts}
-
-    def _policy_note(self, run_id: str, summary: dict[str, Any], status: str) -> str:
-        if not summary:
-            return f"skillstate policy run `{run_id}` ({status}) from {self.store.display_url}: not started."
-        model = summary["base_model"]
-        return (f"skillstate policy run `{run_id}` ({summary['method']}, {status}) from {self.store.display_url}.\n\n"
-                f"Base model {model['path']} (sha256 {model['sha256'][:12]}), trained from run "
-                f"`{summary['source_run']}`: {summary['steps']}/{summary['max_steps']} steps. The checkpoints' paths "
-                "and hashes are in checkpoints.json (the weights are not uploaded).")
-
     def _finish(self, run_id: str, result: dict[str, Any]) -> dict[str, Any]:
         self.done[run_id] = result
         self.order.append(run_id)
         return result
 
-    def _check_same_log(self, existing: Any, loaded: Any) -> None:
+    def check_same_log(self, existing: Any, loaded: Any) -> None:
         """The head recorded at the last export must be an event of this run's log."""
         recorded = existing.data.tags.get(HEAD_TAG, "")
         seq_text, _, recorded_hash = recorded.partition(":")
@@ -387,7 +329,7 @@ class _Exporter:
             per_step = _step_metrics(row)
             if bank is not None:  # a bank step has no edit budget; it has a bank size, rates and retrieval hits
                 per_step.pop("edit_budget", None)
-                per_step.update({_metric_key(k): v for k, v in bank.get(row["step"], {}).items()})
+                per_step.update({metric_key(k): v for k, v in bank.get(row["step"], {}).items()})
             for key, value in per_step.items():
                 out.append(Metric(key, value, when, row["step"]))
         at = rows[-1]["step"] if rows else (state.last_completed_step if state.kind != "eval" else 0)
@@ -396,7 +338,7 @@ class _Exporter:
                 out.append(Metric(key, value, last_ms, at))
         return out
 
-    def _log(self, run_id: str, metrics: list[Any], params: dict[str, str], tags: dict[str, str]) -> None:
+    def log(self, run_id: str, metrics: list[Any], params: dict[str, str], tags: dict[str, str]) -> None:
         from mlflow.entities import Param, RunTag
 
         param_list = [Param(k, v) for k, v in params.items()]

@@ -101,3 +101,75 @@ def log_policy_artifacts(client: Any, mlflow_run_id: str, summary: dict[str, Any
                                           encoding="utf-8")
         client.log_artifacts(mlflow_run_id, str(root))
     return 2
+
+
+def export_policy(exporter: Any, loaded: Any) -> dict[str, Any]:
+    """Export a policy run through `exporter` (`mlflow_export`'s): its MLflow run created, or the events since
+    the recorded head appended, or left unchanged."""
+    from mlflow.entities import Metric
+
+    from skillstate.exports.mlflow_export import (
+        HEAD_TAG,
+        RUN_ID_TAG,
+        STEPS_TAG,
+        TAG,
+        config_params,
+        epoch_ms,
+        metric_key,
+        run_status,
+    )
+    from skillstate.reading.policy_view import policy_summary
+
+    state = loaded.state
+    summary = policy_summary(state)
+    seq, last_hash = loaded.log_position
+    head = f"{seq}:{last_hash}"
+    status, mlflow_status = run_status(state)
+    existing = exporter.find(loaded.run_id)
+    result: dict[str, Any] = {"run_id": loaded.run_id, "head": head, "status": status,
+                              "parent_mlflow_run_id": None, "steps_logged": 0, "metrics_logged": 0,
+                              "params_logged": 0, "artifacts_logged": 0, "exported_steps": summary.get("steps", 0)}
+    if existing is not None:
+        exporter.check_same_log(existing, loaded)
+        if existing.data.tags.get(HEAD_TAG) == head:
+            return {**result, "mlflow_run_id": existing.info.run_id, "action": "unchanged"}
+    last_ms = epoch_ms(loaded.own[-1].created_at if loaded.own else None)
+    params = {**config_params(dict(state.config), exporter.param_limit),
+              **config_params(policy_params(summary), exporter.param_limit)} if summary else {}
+    if existing is None:
+        run = exporter.client.create_run(exporter.experiment_id, start_time=epoch_ms(loaded.own[0].created_at),
+                                         run_name=loaded.run_id, tags={RUN_ID_TAG: loaded.run_id})
+        mlflow_run_id, done_seq, logged, action = run.info.run_id, 0, {}, "created"
+    else:
+        mlflow_run_id, action = existing.info.run_id, "updated"
+        done_seq = int(existing.data.tags.get(HEAD_TAG, "0:").partition(":")[0] or 0)
+        logged = dict(existing.data.metrics)
+        params = {k: v for k, v in params.items() if k not in existing.data.params}
+    new = [s for s in loaded.own if s.seq > done_seq]
+    metrics = [Metric(k, v, when, step) for k, v, when, step in event_metrics(new, epoch_ms, metric_key)]
+    final = summary_metrics(summary, state) if summary else {}
+    metrics += [Metric(k, v, last_ms, summary["steps"]) for k, v in final.items() if logged.get(k) != v]
+    tags = {RUN_ID_TAG: loaded.run_id, f"{TAG}kind": state.kind, f"{TAG}status": status, HEAD_TAG: head,
+            f"{TAG}database": exporter.store.display_url, STEPS_TAG: str(summary.get("steps", 0)),
+            f"{TAG}gate_metric": str(state.config.get("gate_metric")),
+            **(policy_tags(summary) if summary else {}),
+            "mlflow.note.content": _note(exporter.store.display_url, loaded.run_id, summary, status)}
+    exporter.log(mlflow_run_id, metrics, params, tags)
+    artifacts = log_policy_artifacts(exporter.client, mlflow_run_id, summary) if summary else 0
+    if mlflow_status == "RUNNING":
+        exporter.client.update_run(mlflow_run_id, status="RUNNING")
+    else:
+        exporter.client.set_terminated(mlflow_run_id, status=mlflow_status, end_time=last_ms)
+    steps = sum(t.event.step_to - t.event.step_from for t in new if t.type == "PolicyTrained")
+    return {**result, "mlflow_run_id": mlflow_run_id, "action": action, "steps_logged": steps,
+            "metrics_logged": len(metrics), "params_logged": len(params), "artifacts_logged": artifacts}
+
+
+def _note(database: str, run_id: str, summary: dict[str, Any], status: str) -> str:
+    if not summary:
+        return f"skillstate policy run `{run_id}` ({status}) from {database}: not started."
+    model = summary["base_model"]
+    return (f"skillstate policy run `{run_id}` ({summary['method']}, {status}) from {database}.\n\n"
+            f"Base model {model['path']} (sha256 {model['sha256'][:12]}), trained from run "
+            f"`{summary['source_run']}`: {summary['steps']}/{summary['max_steps']} steps. The checkpoints' paths "
+            "and hashes are in checkpoints.json (the weights are not uploaded).")
