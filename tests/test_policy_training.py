@@ -105,20 +105,29 @@ def test_grpo_rewards_from_the_environment_and_evolves_the_bank_through_the_jour
     assert len(_events(store, "grpo")) == len(events) and rerun.state.completed
 
 
+def dies_at_the_second_stretch(monkeypatch, *, after_training: bool) -> list:
+    """Make the process die (Crash) at the second stretch: before it trains, or once it has trained and written
+    its checkpoint but before its event. Returns the checkpoints each stretch resumed from, as they come."""
+    real = policy_stages.train_stretch
+    seen: list = []
+
+    def dies(**kw):
+        seen.append(kw["resume"])
+        if len(seen) == 2:
+            if after_training:
+                real(**kw)
+            raise Crash()
+        return real(**kw)
+
+    monkeypatch.setattr(policy_stages, "train_stretch", dies)
+    return seen
+
+
 @pytest.mark.policy
 def test_a_crash_mid_training_resumes_from_the_last_checkpoint(world, monkeypatch):
     store, model, base = world
     real = policy_stages.train_stretch
-    seen = []
-
-    def dies_on_the_second_stretch(**kw):
-        seen.append(kw["resume"])
-        if len(seen) == 2:
-            real(**kw)  # the stretch trains (and writes its checkpoint), and the process dies before its event
-            raise Crash()
-        return real(**kw)
-
-    monkeypatch.setattr(policy_stages, "train_stretch", dies_on_the_second_stretch)
+    seen = dies_at_the_second_stretch(monkeypatch, after_training=True)  # its checkpoint written, no event
     with pytest.raises(Crash):
         _train(store, "sft", "crash", model, base, **{"policy.max_steps": 6, "policy.save_steps": 2,
                                                        "policy.validation_interval": 6})
@@ -141,15 +150,7 @@ def test_a_changed_checkpoint_or_base_model_stops_in_one_line(world, monkeypatch
     store, model, base = world
     copy = shutil.copytree(model, tmp_path / "tiny")
     real = policy_stages.train_stretch
-    calls = []
-
-    def one_stretch(**kw):
-        calls.append(1)
-        if len(calls) == 2:
-            raise Crash()
-        return real(**kw)
-
-    monkeypatch.setattr(policy_stages, "train_stretch", one_stretch)
+    dies_at_the_second_stretch(monkeypatch, after_training=False)
     with pytest.raises(Crash):
         _train(store, "sft", "tamper", copy, base, **{"policy.max_steps": 4, "policy.save_steps": 2,
                                                        "policy.validation_interval": 4})
