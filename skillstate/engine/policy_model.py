@@ -83,12 +83,20 @@ def library_versions() -> dict[str, str]:
     return out
 
 
+# (the files hashed, each with its size and modification time) -> their hash: a folder checked at every stage
+# of a policy run (the base model, the last checkpoint) is read once per process while none of its files changes
+_HASHED: dict[tuple[tuple[str, int, int], ...], str] = {}
+
+
 def files_sha256(folder: str | Path, names: list[str] | None = None) -> tuple[str, int]:
     """(SHA-256 over each file's relative name and content, in name order; the number of files). With `names`,
     only those files (those missing are skipped)."""
     root = Path(folder)
     chosen = sorted(p for p in root.rglob("*") if p.is_file()) if names is None else \
         sorted(p for n in names if (p := root / n).is_file())
+    stats = tuple((str(p.resolve()), (st := p.stat()).st_size, st.st_mtime_ns) for p in chosen)
+    if (known := _HASHED.get(stats)) is not None:
+        return known, len(chosen)
     digest = hashlib.sha256()
     for path in chosen:
         digest.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0")
@@ -96,7 +104,8 @@ def files_sha256(folder: str | Path, names: list[str] | None = None) -> tuple[st
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
         digest.update(b"\0")
-    return digest.hexdigest(), len(chosen)
+    _HASHED[stats] = digest.hexdigest()
+    return _HASHED[stats], len(chosen)
 
 
 def model_identity(path: str) -> ModelIdentity:
