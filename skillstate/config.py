@@ -166,12 +166,13 @@ class SkillConfig(Section):
                             "files kept as read; all: every text file, with edits that name a file and create or "
                             "remove references (needs disclosure tools, where the target reads them); auto: all "
                             "with disclosure tools, else skill_md. Fixed when the run is created.")
-    eval_order: Literal["failed_first", "hardness"] = Field(
+    eval_order: Literal["failed_first", "hardness", "split"] = Field(
         "failed_first", description="The order early reject scores val items in: failed_first, those the current "
                                     "skill failed first; hardness, within each of those groups the items that the "
                                     "skills made current so far (the initial one included) failed most often first "
                                     "(fewer items to a reject; with repair_prefix the repair pairs that prefix, the "
-                                    "same whether early reject is on or off).")
+                                    "same whether early reject is on or off); split, the split's own order (the "
+                                    "decisions are the same in every order).")
     early_reject_slow_update: bool = Field(
         True, description="With early_reject, also stop scoring a gated slow update (slow_update_gate) once it "
                           "cannot beat the current score.")

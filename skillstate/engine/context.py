@@ -27,6 +27,7 @@ from skillstate.log.events import Event
 from skillstate.log.reducer import RunState
 from skillstate.skilltree.blobs import decode_tree, encode_tree, is_tree_blob
 from skillstate.skilltree.bundle import bundle, is_bundle, unbundle
+from skillstate.storage.call_index import CallIndex
 from skillstate.storage.lease import RunLease
 from skillstate.storage.store import Store, StoredEvent
 from skillstate.util import sha256_text
@@ -119,6 +120,7 @@ class RunContext:
         self.on_progress = on_progress
         self.health = health or CallHealth(0, 1.0)
         self.background_clients = background_clients or {}
+        self.call_index: CallIndex | None = None  # the requests the journal may hold (build_context sets it)
         self.embedder: Embedder = SimEmbedder()  # mode bank: retrieval and deduplication (build_context sets it)
         self.executor: Executor = ThreadsExecutor()  # where rollouts run (build_context sets the config's)
         self._blobs: dict[str, str] = {}

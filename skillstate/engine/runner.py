@@ -45,6 +45,7 @@ from skillstate.llm.recording import RecordingClient
 from skillstate.log.events import Event
 from skillstate.log.reducer import RunState, reduce
 from skillstate.pricing import Budget, BudgetExhausted, price_for, sent_cost
+from skillstate.storage.call_index import REFRESH_SECONDS, CallIndex
 from skillstate.storage.lease import RunLease
 from skillstate.storage.store import Store
 
@@ -160,6 +161,8 @@ def drive(ctx: RunContext, state: RunState, before_stage: Callable[[str], None] 
             continue
         ctx.report("stage", name, state)
         ctx.health.begin_stage(name)  # first: the stage's counts start here (work done ahead may add to the row)
+        if ctx.call_index is not None:  # what other processes journaled meanwhile (a fork's parent, say)
+            ctx.call_index.refresh(at_most_every=REFRESH_SECONDS)
         ahead.fetch(ctx, state, name)  # work the stages after this one will need (the background lanes)
         events = STAGES[name](ctx, state)
         ctx.health.end_stage()
@@ -239,15 +242,19 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
     health = CallHealth(0, 1.0) if verifying else CallHealth(config.max_consecutive_failures,
                                                               config.max_stage_failure_share)
     clients = {}
+    index = None if verifying else CallIndex(store, scope)  # claims of requests it lacks ask the journal nothing
     for role in roles_of(state.kind):
         config.model_for(role)  # a missing model is a user error before anything runs
         backend = None if verifying else factory(config, env, role)
+        # A Ray worker keeps the reply it was sent, so the target's claims there always ask the journal.
+        indexed = None if role == "target" and config.executor == "ray" else index
         clients[role] = RecordingClient(backend, store, run_id=run_id, role=role, run_ids=scope,
-                                        before=verify_until, budget=budget, health=health)
+                                        before=verify_until, budget=budget, health=health, index=indexed)
     ahead = {} if verifying else {  # work done ahead of time: own breaker counts, same journal
         role: client.sibling(AheadHealth(health)) for role, client in clients.items()}
     ctx = RunContext(store=store, run_id=run_id, config=config, env=env, prompts=prompts, clients=clients,
                      log=log, on_progress=on_progress, health=health, background_clients=ahead)
+    ctx.call_index = index
     if config.mode == "bank" and config.bank.embedder != "sim":  # training and evaluation runs alike
         from skillstate.llm.embeddings import LOCAL_MODEL, JournaledEmbedder, LocalEmbeddings, OpenAIEmbeddings
 

@@ -106,10 +106,11 @@ def evaluation_order(ctx: RunContext, state: RunState, split: str) -> list[dict[
     skills the run made current so far (the initial one included) failed
     most often. Only those: their full results are in the log whether early
     reject is on or off, so the order is the same either way (a rejected
-    candidate is scored in full only with early reject off)."""
+    candidate is scored in full only with early reject off). With
+    `eval_order: split`, the split's order."""
     items = ctx.env.items(split)
     blob = state.results_cache.get(cache_key(split, state.current_skill or ""))
-    if not blob:
+    if not blob or ctx.config.eval_order == "split":
         return items
     failed = {r["item_id"] for r in json.loads(ctx.blob(blob)) if r.get("hard", 0) < 1}
     misses: Counter[str] = Counter()

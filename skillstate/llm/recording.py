@@ -18,6 +18,7 @@ from skillstate.errors import ReplayMissError
 from skillstate.llm.base import CallFailed, CallResult, ChatRequest, ChatResponse, FatalLLMError, LLMClient
 from skillstate.llm.health import CallHealth
 from skillstate.log.events import CallRef
+from skillstate.storage.call_index import CallIndex
 from skillstate.storage.store import Store
 from skillstate.util import canonical_json, first_line, sha256_text
 
@@ -42,7 +43,8 @@ def result_of(h: str, role: str, resp: ChatResponse | None, error: str | None) -
 
 class RecordingClient:
     def __init__(self, backend: LLMClient | None, store: Store, *, run_id: str, role: str,
-                 run_ids: list[str] | None = None, before=None, budget=None, health: CallHealth | None = None):
+                 run_ids: list[str] | None = None, before=None, budget=None, health: CallHealth | None = None,
+                 index: CallIndex | None = None):
         self.backend = backend
         self.store = store
         self.run_id = run_id
@@ -57,6 +59,10 @@ class RecordingClient:
         self._finished: dict[str, int] = {}  # request hash -> how many of its sends here have been recorded
         self._owners: dict[str, object] = {}  # request hash in flight -> the task holding it (Ray), or None
         self._inflight_lock = threading.Lock()
+        # The requests the journal may hold (`CallIndex`): one it cannot hold is sent without asking, and each
+        # reply journaled is checked in its commit for an earlier one another process recorded meanwhile, whose
+        # reply is used instead. None: ask the journal before every send (and no check).
+        self.index = index
 
     def complete(self, request: ChatRequest) -> CallResult:
         """One request, sent at most once at a time: a request already in
@@ -128,6 +134,8 @@ class RecordingClient:
             self.release(h, owner)
 
     def _serve(self, h: str) -> CallResult | None:
+        if self.index is not None and not self.index.may_hold(h):
+            return None
         row = self.store.find_call(h, run_ids=self.run_ids)
         if row is None:
             return None
@@ -164,13 +172,21 @@ class RecordingClient:
                latency_ms: float) -> CallResult:
         """Journal one sent request's outcome (sent here, or by a Ray worker) and count it."""
         pt, ct = (resp.prompt_tokens, resp.completion_tokens) if resp is not None else (0, 0)
-        self.store.record_call(run_id=self.run_id, role=self.role, request_hash=h, model=model,
-                               request=body, response=resp.to_dict() if resp is not None else None,
-                               prompt_tokens=pt, completion_tokens=ct, latency_ms=latency_ms, error=error)
+        checked = self.index is not None
+        first = self.store.record_call(run_id=self.run_id, role=self.role, request_hash=h, model=model,
+                                       request=body, response=resp.to_dict() if resp is not None else None,
+                                       prompt_tokens=pt, completion_tokens=ct, latency_ms=latency_ms, error=error,
+                                       check=checked, scope=self.run_ids)
         self.sent += 1
         if self.budget is not None and resp is not None:
             self.budget.add(model, pt, ct)
         self.health.record(self.role, error)
+        if checked and error is None:
+            self.index.add(h)
+        if first is not None:  # another process journaled this request first: its reply is the one resume and
+            served = ChatResponse.from_dict(first.response or {})  # verify serve (this call was still paid)
+            return CallResult(self._ref(h, served), text=served.text, truncated=served.finish_reason == "length",
+                              tool_calls=served.tool_calls)
         return result_of(h, self.role, resp, error)
 
     def sibling(self, health: CallHealth) -> RecordingClient:
@@ -178,7 +194,7 @@ class RecordingClient:
         budget and in-flight requests (so a request is still sent at most
         once at a time), with its own circuit-breaker counts."""
         other = RecordingClient(self.backend, self.store, run_id=self.run_id, role=self.role, run_ids=self.run_ids,
-                                before=self.before, budget=self.budget, health=health)
+                                before=self.before, budget=self.budget, health=health, index=self.index)
         other._inflight, other._finished, other._inflight_lock = self._inflight, self._finished, self._inflight_lock
         other._owners = self._owners
         return other

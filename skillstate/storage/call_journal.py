@@ -15,9 +15,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select
+from sqlalchemy import bindparam, func, insert, select, text
 from sqlalchemy.engine import Engine
 
+from skillstate.storage.call_index import hash_key
 from skillstate.storage.schema import llm_calls
 from skillstate.util import canonical_json
 
@@ -56,17 +57,53 @@ _FIRST_OK = {scoped: query.where(llm_calls.c.ok.is_(True)).order_by(llm_calls.c.
 _AS_OF = {scoped: query.where(llm_calls.c.created_at <= bindparam("as_of")).order_by(llm_calls.c.id)
           for scoped, query in ((False, _CALL_BY_HASH), (True, _CALL_IN_RUNS))}
 _INSERT_CALL = insert(llm_calls)
+# The first successful call of each of a batch's requests, in any run or in the given runs.
+_FIRST_IDS = (select(func.min(llm_calls.c.id))
+              .where(llm_calls.c.ok.is_(True), llm_calls.c.request_hash.in_(bindparam("hashes", expanding=True)))
+              .group_by(llm_calls.c.request_hash))
+_FIRST_OK_OF = {scoped: select(*_CALL_COLUMNS).where(llm_calls.c.id.in_(
+    _FIRST_IDS.where(llm_calls.c.run_id.in_(bindparam("run_ids", expanding=True))) if scoped else _FIRST_IDS))
+    for scoped in (False, True)}
+# PostgreSQL: a transaction-scoped lock per request journaled, taken in key order (so never a deadlock); two
+# processes journaling the same request at once commit one after the other, and the second one's check sees
+# the first one's row (at READ COMMITTED, a statement sees what was committed before it began).
+_LOCK_KEYS = text("SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS bigint[])) AS k")
 
 
 class _PendingCall:
-    """A call row waiting for its batch to be committed."""
+    """A call row waiting for its batch to be committed. When `check`ed: the
+    first successful call of its request in `scope` (run ids, or None for any
+    run) as of the commit, if that is another row with another reply (`first`)."""
 
-    __slots__ = ("row", "done", "error")
+    __slots__ = ("row", "done", "error", "check", "scope", "first")
 
-    def __init__(self, row: dict[str, Any]):
+    def __init__(self, row: dict[str, Any], check: bool = False, scope: list[str] | None = None):
         self.row = row
         self.done = False
         self.error: Exception | None = None
+        self.check, self.scope = check, scope
+        self.first: CallRow | None = None
+
+
+def _lock_key(request_hash: str) -> int:
+    """A request's advisory lock key: its index key, as PostgreSQL's signed bigint."""
+    return hash_key(request_hash) - (1 << 63)
+
+
+def _first_calls(conn: Any, checked: list[_PendingCall]) -> None:
+    """Set `first` on each checked row just inserted: one query per scope, in the batch's transaction."""
+    by_scope: dict[tuple[str, ...] | None, list[_PendingCall]] = {}
+    for p in checked:
+        by_scope.setdefault(None if p.scope is None else tuple(p.scope), []).append(p)
+    for scope, pending in by_scope.items():
+        params: dict[str, Any] = {"hashes": sorted({p.row["request_hash"] for p in pending})}
+        if scope is not None:
+            params["run_ids"] = list(scope)
+        first = {row[0]: row for row in conn.execute(_FIRST_OK_OF[scope is not None], params).all()}
+        for p in pending:
+            row = first.get(p.row["request_hash"])
+            if row is not None and row[1] != p.row["response"]:  # the same reply: this row, or its twin
+                p.first = _call_row(row)
 
 
 def _call_row(row: Any) -> CallRow | None:
@@ -108,16 +145,23 @@ class CallJournal:
 
     def record_call(self, *, run_id: str, role: str, request_hash: str, model: str, request: dict[str, Any] | str,
                     response: dict[str, Any] | None, prompt_tokens: int, completion_tokens: int,
-                    latency_ms: float, error: str | None) -> None:
+                    latency_ms: float, error: str | None, check: bool = False,
+                    scope: list[str] | None = None) -> CallRow | None:
         """Journal one call. `request` is the request, or its canonical JSON
-        when the caller already has it (the text its hash was taken of)."""
+        when the caller already has it (the text its hash was taken of).
+
+        With `check`, a successful call is checked in its own commit against
+        the journal (the runs in `scope`, or all runs): when an earlier
+        successful call of the same request is there with another reply
+        (another process recorded it since the caller last looked), that call
+        is returned. Its reply is the one to use: resume and verify serve it."""
         row: dict[str, Any] = dict(
             run_id=run_id, role=role, request_hash=request_hash, model=model,
             request=request if isinstance(request, str) else canonical_json(request),
             response=canonical_json(response) if response is not None else None,
             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_ms=latency_ms,
             error=error, ok=error is None)
-        pending = _PendingCall(row)
+        pending = _PendingCall(row, check and error is None, scope)
         with self._calls_cond:
             row["created_at"] = utc_now()  # in the order of the ids the rows get, as when each was its own insert
             self._calls_pending.append(pending)
@@ -130,8 +174,9 @@ class CallJournal:
             else:
                 if pending.error is not None:
                     raise pending.error
-                return
+                return pending.first
         self._write_calls(batch, pending)
+        return pending.first
 
     def _write_calls(self, batch: list[_PendingCall], mine: _PendingCall) -> None:
         """Group commit: the calls recorded while the previous batch was being
@@ -141,7 +186,12 @@ class CallJournal:
         error: Exception | None = None
         try:
             with self._write_lock, self.engine.begin() as conn:
+                if conn.dialect.name == "postgresql":
+                    keys = sorted({_lock_key(p.row["request_hash"]) for p in batch if p.row["ok"]})
+                    if keys:
+                        conn.execute(_LOCK_KEYS, {"keys": keys})
                 conn.execute(_INSERT_CALL, [p.row for p in batch])
+                _first_calls(conn, [p for p in batch if p.check])
         except Exception as err:
             error = err
         except BaseException:  # interrupted, nothing written: the other callers write their rows themselves

@@ -1,0 +1,113 @@
+"""Which requests a run's scope holds a successful call for, kept in memory
+so that a claim asks the journal only when the answer can be yes.
+
+The index is a hint, never the truth: a request it lacks is sent, and the
+commit that journals the reply checks for an earlier successful call that
+another process recorded meanwhile (`CallJournal.record_call` with
+`check`); that call's reply is then the one used, as resume and verify will
+serve it. A request the index holds is still read from the journal.
+
+It keeps 64-bit prefixes of the hashes (a false "maybe" costs one lookup):
+those present when the index was read in a sorted array, and those recorded
+or found since in a set. `refresh` (at a stage's start, at most every
+REFRESH_SECONDS) reads the rows added since the last read, by id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from array import array
+from bisect import bisect_left
+from typing import TYPE_CHECKING
+
+from sqlalchemy import bindparam, select
+
+from skillstate.storage.schema import llm_calls
+
+if TYPE_CHECKING:
+    from skillstate.storage.call_journal import CallJournal
+
+# The most distinct requests an index holds (8 bytes each); past that, every claim asks the journal.
+MAX_INDEXED_CALLS = 4_000_000
+# How often a stage's start reads what other processes journaled (a request they answered since is sent again,
+# and its reply checked in the commit: paid twice, never served wrong).
+REFRESH_SECONDS = 5.0
+# Requests added since the last full sort that are merged into the array at a refresh.
+_MERGE_AT = 50_000
+
+_OK_SINCE = (select(llm_calls.c.id, llm_calls.c.request_hash)
+             .where(llm_calls.c.ok.is_(True), llm_calls.c.id > bindparam("after")).order_by(llm_calls.c.id))
+_OK_SINCE_IN_RUNS = _OK_SINCE.where(llm_calls.c.run_id.in_(bindparam("run_ids", expanding=True)))
+
+
+def hash_key(request_hash: str) -> int:
+    """The 64 bits of a request hash the index keeps: the first 16 hex digits of a SHA-256 (what every
+    request's hash is), else a BLAKE2b digest of the text (a key made elsewhere, as tests do)."""
+    try:
+        return int(request_hash[:16], 16)
+    except ValueError:
+        return int.from_bytes(hashlib.blake2b(request_hash.encode(), digest_size=8).digest(), "big")
+
+
+class CallIndex:
+    """The requests with a successful call in `run_ids` (None: any run)."""
+
+    def __init__(self, store: CallJournal, run_ids: list[str] | None):
+        self.store = store
+        self.run_ids = None if run_ids is None else list(run_ids)
+        self.usable = True  # False: too many requests to hold; every claim asks the journal
+        self._sorted = array("Q")
+        self._added: set[int] = set()
+        self._after = 0  # the highest row id read
+        self._lock = threading.Lock()  # one refresh at a time
+        self._read_at = 0.0  # time.monotonic() of the last read
+        self.refresh()
+
+    def may_hold(self, request_hash: str) -> bool:
+        """False only when the journal held no successful call of it at the last read and none was added since."""
+        if not self.usable:
+            return True
+        key = hash_key(request_hash)
+        if key in self._added:
+            return True
+        keys = self._sorted
+        i = bisect_left(keys, key)
+        return i < len(keys) and keys[i] == key
+
+    def add(self, request_hash: str) -> None:
+        """A successful call of this request was just journaled (a set's add is atomic under the GIL)."""
+        self._added.add(hash_key(request_hash))
+
+    def refresh(self, *, at_most_every: float = 0.0) -> None:
+        """Read the successful calls journaled since the last read (by any process), unless the last read
+        was less than `at_most_every` seconds ago."""
+        with self._lock:
+            if not self.usable or time.monotonic() - self._read_at < at_most_every:
+                return
+            self._read_at = time.monotonic()
+            params: dict[str, object] = {"after": self._after}
+            if self.run_ids is not None:
+                params["run_ids"] = self.run_ids
+            query = _OK_SINCE if self.run_ids is None else _OK_SINCE_IN_RUNS
+            new: set[int] = set()
+            with self.store.engine.connect() as conn:
+                result = conn.execution_options(stream_results=True, yield_per=10_000).execute(query, params)
+                for row_id, request_hash in result:
+                    new.add(hash_key(request_hash))
+                    self._after = row_id
+                    if len(new) > MAX_INDEXED_CALLS:
+                        break
+            if len(self._sorted) + len(self._added) + len(new) > MAX_INDEXED_CALLS:
+                self.usable = False  # too large to hold: drop what was read
+                self._sorted, self._added = array("Q"), set()
+                return
+            self._added |= new
+            if len(self._added) >= _MERGE_AT or not self._sorted:
+                moved = set(self._added)  # a copy: add() may run on other threads meanwhile
+                self._sorted = array("Q", sorted(moved.union(self._sorted)))  # readers see the old or new array
+                self._added.difference_update(moved)  # only once the array holds them
+
+    def __len__(self) -> int:
+        return len(self._sorted) + len(self._added)

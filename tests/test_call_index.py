@@ -1,0 +1,196 @@
+"""The index of answered requests (`CallIndex`): a run asks the journal only
+for requests its scope may hold, and a request another process journaled
+after the index was read is still answered as resume and verify will answer
+it (the first successful call), checked in the commit of the call this run
+sent. On SQLite and on PostgreSQL (skipped without $SKILLSTATE_TEST_PG_URL)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from conftest import Databases, small_config
+
+from skillstate.llm.base import ChatRequest, ChatResponse
+from skillstate.llm.recording import RecordingClient
+from skillstate.reading.audit import verify
+from skillstate.storage import call_index
+from skillstate.storage.call_index import CallIndex
+from skillstate.storage.store import Store
+from skillstate.trainer import Trainer
+
+
+class Replies:
+    """A model that answers every request with the same text (the project's backends' interface)."""
+
+    name = "fixed"
+
+    def __init__(self, text: str, fail: bool = False):
+        self.text, self.fail = text, fail
+        self.sent = 0
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        self.sent += 1
+        if self.fail:
+            raise RuntimeError("the server is down")
+        return ChatResponse(text=self.text, prompt_tokens=3, completion_tokens=1, finish_reason="stop")
+
+
+def _request(content: str) -> ChatRequest:
+    return ChatRequest.build("openai", "m", [{"role": "user", "content": content}], 0.0, 16)
+
+
+def _journal(store: Store, run_id: str, request: ChatRequest, text: str | None, error: str | None = None) -> None:
+    """A call of `request` journaled by another process (run `run_id`)."""
+    store.record_call(run_id=run_id, role="target", request_hash=request.hash, model="m", request=request.to_dict(),
+                      response=None if text is None else ChatResponse(text=text, finish_reason="stop").to_dict(),
+                      prompt_tokens=3, completion_tokens=1, latency_ms=1.0, error=error)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def urls(request, tmp_path):
+    d = Databases(tmp_path, request.param)
+    yield d
+    d.drop()
+
+
+def test_a_run_asks_the_journal_only_for_requests_it_may_hold(urls, monkeypatch):
+    asked = []
+    real = Store.find_call
+
+    def counted(self, request_hash, **kw):
+        row = real(self, request_hash, **kw)
+        asked.append(row is not None or kw.get("as_of") is not None)
+        return row
+
+    monkeypatch.setattr(Store, "find_call", counted)
+    store = Store(urls.new())
+    first = Trainer(small_config(), store=store, run_id="a").train()
+    sent = sum(u["sent"] for u in first.summary["usage"].values())
+    assert sent > 0 and asked and all(asked)  # never a lookup that finds nothing: new requests are not asked for
+    assert len(asked) < sent
+    asked.clear()
+    again = Trainer(small_config(llm_cache="all"), store=store, run_id="b").train()  # the same requests: all served
+    assert sum(u["sent"] for u in again.summary["usage"].values()) == 0 and asked and all(asked)
+    assert verify(store, "a").ok and verify(store, "b").ok
+    store.close()
+
+
+@pytest.mark.parametrize("scope", [None, ["a", "b"]])
+def test_a_request_journaled_elsewhere_after_the_index_was_read_gets_the_first_reply(urls, scope):
+    store = Store(urls.new())
+    index = CallIndex(store, scope)
+    assert len(index) == 0
+    mine = Replies("mine")
+    client = RecordingClient(mine, store, run_id="b", role="target", run_ids=scope, index=index)
+    request = _request("what is 2 + 2?")
+    _journal(store, "a", request, "theirs")  # another process, after this client read the index
+    result = client.complete(request)
+    assert mine.sent == 1 and client.sent == 1  # sent, since the index did not know it, and paid
+    assert not result.cached  # paid: the meter counts it as sent
+    assert result.text == "theirs"  # but the reply used is the one the journal serves from now on
+    assert store.find_call(request.hash, run_ids=scope).response["text"] == "theirs"
+    other = _request("what is 3 + 3?")
+    assert client.complete(other).text == "mine" and index.may_hold(other.hash)
+    again = client.complete(other)  # in the index now: looked up and served, not sent
+    assert again.text == "mine" and again.cached and mine.sent == 2
+    store.close()
+
+
+def test_a_call_outside_the_scope_is_neither_indexed_nor_served(urls):
+    store = Store(urls.new())
+    request = _request("q")
+    _journal(store, "elsewhere", request, "theirs")
+    index = CallIndex(store, ["a"])
+    assert not index.may_hold(request.hash)
+    mine = Replies("mine")
+    client = RecordingClient(mine, store, run_id="a", role="target", run_ids=["a"], index=index)
+    assert client.complete(request).text == "mine" and mine.sent == 1  # the other run's reply is not this scope's
+    assert CallIndex(store, None).may_hold(request.hash)  # with llm_cache all, it is
+    store.close()
+
+
+def test_failed_calls_are_not_indexed_and_a_failed_send_keeps_its_error(urls):
+    store = Store(urls.new())
+    request = _request("q")
+    _journal(store, "a", request, None, error="timeout")
+    index = CallIndex(store, ["a"])
+    assert not index.may_hold(request.hash)
+    down = RecordingClient(Replies("x", fail=True), store, run_id="a", role="target", run_ids=["a"], index=index)
+    failed = down.complete(request)
+    assert failed.error and "server is down" in failed.error and not index.may_hold(request.hash)
+    up = Replies("ok")
+    client = RecordingClient(up, store, run_id="a", role="target", run_ids=["a"], index=index)
+    assert client.complete(request).text == "ok" and up.sent == 1  # retried: a failure is never served
+    assert client.complete(request).cached and up.sent == 1
+    store.close()
+
+
+def test_siblings_share_the_index(urls):
+    store = Store(urls.new())
+    index = CallIndex(store, ["a"])
+    backend = Replies("r")
+    client = RecordingClient(backend, store, run_id="a", role="target", run_ids=["a"], index=index)
+    ahead = client.sibling(client.health)
+    request = _request("q")
+    assert ahead.complete(request).text == "r"
+    assert client.complete(request).cached and backend.sent == 1
+    store.close()
+
+
+def test_refresh_reads_what_other_processes_journaled(urls, monkeypatch):
+    monkeypatch.setattr(call_index, "_MERGE_AT", 2)  # merge into the sorted array on the way
+    url = urls.new()
+    store, other = Store(url), Store(url)
+    index = CallIndex(store, None)
+    requests = [_request(f"q{n}") for n in range(5)]
+    for r in requests:
+        _journal(other, "b", r, "x")
+    assert not any(index.may_hold(r.hash) for r in requests)
+    index.refresh()
+    assert all(index.may_hold(r.hash) for r in requests) and len(index) == 5
+    mine = _request("mine")
+    index.add(mine.hash)
+    index.refresh()
+    assert index.may_hold(mine.hash) and all(index.may_hold(r.hash) for r in requests)
+    store.close()
+    other.close()
+
+
+def test_an_index_too_large_to_hold_asks_the_journal_for_everything(urls, monkeypatch):
+    store = Store(urls.new())
+    for n in range(3):
+        _journal(store, "a", _request(f"q{n}"), "x")
+    monkeypatch.setattr(call_index, "MAX_INDEXED_CALLS", 2)
+    index = CallIndex(store, None)
+    assert not index.usable and index.may_hold(_request("never sent").hash)
+    monkeypatch.setattr(call_index, "MAX_INDEXED_CALLS", 3)
+    assert len(CallIndex(store, None)) == 3
+    store.close()
+
+
+def test_two_processes_sending_the_same_request_at_once_both_use_the_first_reply(urls):
+    """Two stores (two connection pools, as two processes have) journal the
+    same requests at the same moment, each with an index that lacks them."""
+    url = urls.new()
+    stores = [Store(url), Store(url)]
+    clients = [RecordingClient(Replies(f"reply {n}"), s, run_id=f"r{n}", role="target", run_ids=None,
+                               index=CallIndex(s, None)) for n, s in enumerate(stores)]
+    requests = [_request(f"race {n}") for n in range(30)]
+    results: dict[int, list[str]] = {0: [], 1: []}
+    start = threading.Barrier(2)
+
+    def send(n: int) -> None:
+        start.wait()
+        for r in requests:
+            results[n].append(clients[n].complete(r).text)
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    served = [stores[0].find_call(r.hash).response["text"] for r in requests]
+    assert results[0] == served and results[1] == served  # each used what resume and verify will serve
+    for s in stores:
+        s.close()
