@@ -24,14 +24,16 @@ from skillstate.skillopt.tree_edits import md_of
 from skillstate.util import canonical_json
 
 
-def rollout_one(ctx: RunContext, skill: str, item: dict[str, Any], sample: int | None = None) -> ItemResult:
+def rollout_one(ctx: RunContext, skill: str, item: dict[str, Any], sample: int | None = None,
+                prompt: tuple[str, list[RetrievedSkill]] | None = None) -> ItemResult:
     """One item rolled out with `skill` (as sample `sample` of several: its
     requests carry that index as their seed), where the run's executor runs
     rollouts. An environment that raises stops the run (EnvFailure); an LLM
-    stop raised inside the rollout passes through."""
+    stop raised inside the rollout passes through. In bank mode, `prompt` is
+    the item's system prompt and its skills when the caller has them."""
     retrieved: list[RetrievedSkill] = []
     if ctx.config.mode == "bank":  # the skill is the bank: this task sees the skills retrieved for it
-        skill, retrieved = prompt_for(skill, item, ctx.config.bank, ctx.embedder)
+        skill, retrieved = prompt or prompt_for(skill, item, ctx.config.bank, ctx.embedder)
     out = ctx.executor.rollout(ctx, skill, item, sample)
     stored = out.trajectory if out.trajectory is not None else out.messages
     return ItemResult(
@@ -47,8 +49,27 @@ def rollout_items(ctx: RunContext, skill: str, items: list[dict[str, Any]]) -> l
     their first failed target call, so besides the calls' circuit breaker,
     too large a share of rollouts ended by failed calls stops the stage too
     (CircuitOpen), before anything is appended."""
-    ctx.expect_calls(ctx.rollout_calls(len(items)))
-    results = ctx.map(lambda item: rollout_one(ctx, skill, item), items)
+    return rollout_jobs(ctx, skill, [(item, None) for item in items])
+
+
+def rollout_jobs(ctx: RunContext, skill: str, jobs: list[tuple[dict[str, Any], int | None]]) -> list[ItemResult]:
+    """Each (item, sample) rolled out with `skill`; results in input order.
+    In bank mode, where each item's system prompt is the skills retrieved
+    for it, the rollouts go out sorted by that prompt, so those that share
+    it are sent together and a model server's prompt cache can serve it
+    (what is recorded does not depend on the order sent)."""
+    ctx.expect_calls(ctx.rollout_calls(len(jobs)))
+    prompts: dict[str, tuple[str, list[RetrievedSkill]]] = {}
+    order = list(range(len(jobs)))
+    if ctx.config.mode == "bank" and len(jobs) > 1:
+        items = list({item["id"]: item for item, _ in jobs}.values())
+        found = ctx.map(lambda item: prompt_for(skill, item, ctx.config.bank, ctx.embedder), items)
+        prompts = {item["id"]: p for item, p in zip(items, found, strict=True)}
+        order.sort(key=lambda n: prompts[jobs[n][0]["id"]][0])  # stable: input order among equal prompts
+    done = ctx.map(lambda n: rollout_one(ctx, skill, jobs[n][0], jobs[n][1], prompts.get(jobs[n][0]["id"])), order)
+    results: list[ItemResult] = [None] * len(jobs)  # type: ignore[list-item]  (every slot is filled below)
+    for n, result in zip(order, done, strict=True):
+        results[n] = result
     check_rollout_errors(ctx, results)
     return results
 

@@ -9,12 +9,11 @@ from collections.abc import Callable
 from skillstate.engine import gating
 from skillstate.engine.context import RunContext
 from skillstate.engine.scoring import (
-    check_rollout_errors,
     evaluate,
     evaluate_cached,
     evaluate_early,
     rollout_items,
-    rollout_one,
+    rollout_jobs,
     summarize,
 )
 from skillstate.log.events import (
@@ -244,10 +243,8 @@ def eval_skill(ctx: RunContext, state: RunState) -> list[Event]:
 def _sampled(ctx: RunContext, skill_hash: str, split: str) -> TestEvaluated:
     """Every item of `split`, `samples` times (sample i's requests carry seed i); results item by item."""
     cfg, skill = ctx.config, ctx.skill(skill_hash)
-    jobs = [(item, i) for item in ctx.env.items(split) for i in range(cfg.samples)]
-    ctx.expect_calls(ctx.rollout_calls(len(jobs)))
-    results = ctx.map(lambda job: rollout_one(ctx, skill, job[0], job[1]), jobs)
-    check_rollout_errors(ctx, results)
+    jobs: list[tuple[dict, int | None]] = [(item, i) for item in ctx.env.items(split) for i in range(cfg.samples)]
+    results = rollout_jobs(ctx, skill, jobs)
     scores = summarize(results, cfg.gate_metric, cfg.gate_mixed_weight, skill, cfg.semantic_density_weight,
                        cfg.gate_length_penalty)
     blob = ctx.put_blob(canonical_json([r.model_dump(mode="json") for r in results]))
