@@ -6,18 +6,22 @@ sent. On SQLite and on PostgreSQL (skipped without $SKILLSTATE_TEST_PG_URL)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 
 import pytest
 from conftest import Databases, small_config
+from sqlalchemy import insert, text
 
 from skillstate.llm.base import ChatRequest, ChatResponse
 from skillstate.llm.recording import RecordingClient
 from skillstate.reading.audit import verify
 from skillstate.storage import call_index
-from skillstate.storage.call_index import CallIndex
+from skillstate.storage.call_index import CallIndex, hash_key
+from skillstate.storage.schema import llm_calls
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
+from skillstate.util import canonical_json
 
 
 class Replies:
@@ -173,7 +177,10 @@ def test_two_processes_sending_the_same_request_at_once_both_use_the_first_reply
     """Two stores (two connection pools, as two processes have) journal the
     same requests at the same moment, each with an index that lacks them."""
     url = urls.new()
-    stores = [Store(url), Store(url)]
+    _race([Store(url), Store(url)])
+
+
+def _race(stores: list[Store]) -> None:
     clients = [RecordingClient(Replies(f"reply {n}"), s, run_id=f"r{n}", role="target", run_ids=None,
                                index=CallIndex(s, None)) for n, s in enumerate(stores)]
     requests = [_request(f"race {n}") for n in range(30)]
@@ -194,3 +201,61 @@ def test_two_processes_sending_the_same_request_at_once_both_use_the_first_reply
     assert results[0] == served and results[1] == served  # each used what resume and verify will serve
     for s in stores:
         s.close()
+
+
+def test_a_failed_send_of_a_request_answered_meanwhile_gets_that_reply_and_records_no_error(urls):
+    """With an error row after the success, verify of any run served that success would say it failed."""
+    url = urls.new()
+    theirs, mine, later = Store(url), Store(url), Store(url)
+    down = RecordingClient(Replies("b", fail=True), mine, run_id="B", role="target", index=CallIndex(mine, None))
+    q = _request("q")
+    assert RecordingClient(Replies("a"), theirs, run_id="A", role="target").complete(q).text == "a"
+    result = down.complete(q)  # the index was read before A answered: sent, and the send failed
+    assert result.error is None and result.text == "a" and not result.cached and down.sent == 1
+    assert [c.error for c in mine.read_calls("B")] == []  # no error row after A's success
+    served = RecordingClient(Replies("x"), later, run_id="X", role="target").complete(q)
+    assert served.cached and served.text == "a"
+    event_time = dt.datetime.now(dt.timezone.utc)
+    verifier = RecordingClient(None, later, run_id="X", role="target", before=event_time)
+    assert verifier.complete(q).text == "a"
+    for s in (theirs, mine, later):
+        s.close()
+
+
+def test_a_send_that_waits_for_another_writers_commit_sees_its_row(urls):
+    """Another process holds its transaction open with the same request's row in it (on PostgreSQL under
+    that request's lock, on SQLite the write lock); this run's commit waits, then uses that row's reply."""
+    url = urls.new()
+    store, other = Store(url), Store(url)
+    client = RecordingClient(Replies("mine"), store, run_id="B", role="target", index=CallIndex(store, None))
+    q = _request("q")
+    row = dict(run_id="A", role="target", request_hash=q.hash, model="m", request="{}",
+               response=canonical_json(ChatResponse(text="theirs", finish_reason="stop").to_dict()),
+               prompt_tokens=3, completion_tokens=1, latency_ms=1.0, error=None, ok=True,
+               created_at=dt.datetime.now(dt.timezone.utc))
+    got: list[str] = []
+    with other.engine.connect() as conn, conn.begin():
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": hash_key(q.hash) - (1 << 63)})
+        conn.execute(insert(llm_calls), [row])
+        sender = threading.Thread(target=lambda: got.append(client.complete(q).text))
+        sender.start()
+        sender.join(1.0)
+        assert sender.is_alive()  # waiting for this transaction
+    sender.join(30)
+    assert got == ["theirs"] and store.find_call(q.hash).response["text"] == "theirs"
+    store.close()
+    other.close()
+
+
+def test_a_server_defaulting_to_repeatable_read_still_serializes_writers(tmp_path):
+    d = Databases(tmp_path, "postgresql")
+    try:
+        url = d.new().replace("search_path%3D",
+                              "default_transaction_isolation%3Drepeatable%5C%20read%20-csearch_path%3D")
+        stores = [Store(url), Store(url)]
+        with stores[0].engine.connect() as conn:
+            assert conn.execute(text("SHOW transaction_isolation")).scalar() == "repeatable read"
+        _race(stores)
+    finally:
+        d.drop()

@@ -181,10 +181,10 @@ class RecordingClient:
         if self.budget is not None and resp is not None:
             self.budget.add(model, pt, ct)
         self.health.record(self.role, error)
-        if checked and error is None:
+        if checked and (error is None or first is not None):
             self.index.add(h)
-        if first is not None:  # another process journaled this request first: its reply is the one resume and
-            served = ChatResponse.from_dict(first.response or {})  # verify serve (this call was still paid)
+        if first is not None:  # another process journaled this request first (this call was still paid, or it
+            served = ChatResponse.from_dict(first.response or {})  # failed): that reply is what resume and verify serve
             return CallResult(self._ref(h, served), text=served.text, truncated=served.finish_reason == "length",
                               tool_calls=served.tool_calls)
         return result_of(h, self.role, resp, error)

@@ -10,7 +10,8 @@ serve it. A request the index holds is still read from the journal.
 It keeps 64-bit prefixes of the hashes (a false "maybe" costs one lookup):
 those present when the index was read in a sorted array, and those recorded
 or found since in a set. `refresh` (at a stage's start, at most every
-REFRESH_SECONDS) reads the rows added since the last read, by id.
+REFRESH_SECONDS; not within a stage) reads the rows added since the last
+read, by id (and the last _LATE_ROWS ids again, for rows that committed late).
 """
 
 from __future__ import annotations
@@ -29,8 +30,12 @@ from skillstate.storage.schema import llm_calls
 if TYPE_CHECKING:
     from skillstate.storage.call_journal import CallJournal
 
-# The most distinct requests an index holds (8 bytes each); past that, every claim asks the journal.
-MAX_INDEXED_CALLS = 4_000_000
+# The most answered requests an index holds (8 bytes each, about 45 MB more while the first read sorts them);
+# past that, every claim asks the journal.
+MAX_INDEXED_CALLS = 1_000_000
+# A refresh reads again this many row ids below the highest it has read: on PostgreSQL, a row committed after
+# one with a higher id (ids are taken at insert, not at commit) is still found unless it lags that far.
+_LATE_ROWS = 10_000
 # How often a stage's start reads what other processes journaled (a request they answered since is sent again,
 # and its reply checked in the commit: paid twice, never served wrong).
 REFRESH_SECONDS = 5.0
@@ -87,27 +92,35 @@ class CallIndex:
             if not self.usable or time.monotonic() - self._read_at < at_most_every:
                 return
             self._read_at = time.monotonic()
-            params: dict[str, object] = {"after": self._after}
+            first = self._after == 0
+            params: dict[str, object] = {"after": max(0, self._after - _LATE_ROWS)}
             if self.run_ids is not None:
                 params["run_ids"] = self.run_ids
             query = _OK_SINCE if self.run_ids is None else _OK_SINCE_IN_RUNS
-            new: set[int] = set()
+            read = array("Q")
+            room = MAX_INDEXED_CALLS - len(self)
             with self.store.engine.connect() as conn:
                 result = conn.execution_options(stream_results=True, yield_per=10_000).execute(query, params)
                 for row_id, request_hash in result:
-                    new.add(hash_key(request_hash))
-                    self._after = row_id
-                    if len(new) > MAX_INDEXED_CALLS:
-                        break
-            if len(self._sorted) + len(self._added) + len(new) > MAX_INDEXED_CALLS:
-                self.usable = False  # too large to hold: drop what was read
-                self._sorted, self._added = array("Q"), set()
+                    read.append(hash_key(request_hash))
+                    self._after = max(self._after, row_id)
+                    if len(read) > room:  # too many to hold: stop reading, and ask the journal from now on
+                        self.usable = False
+                        self._sorted, self._added = array("Q"), set()
+                        return
+            if first:  # the bulk of it: sorted straight into the array
+                self._sorted = array("Q", _distinct(sorted(read)))
                 return
-            self._added |= new
-            if len(self._added) >= _MERGE_AT or not self._sorted:
+            self._added.update(read)
+            if len(self._added) >= _MERGE_AT:
                 moved = set(self._added)  # a copy: add() may run on other threads meanwhile
-                self._sorted = array("Q", sorted(moved.union(self._sorted)))  # readers see the old or new array
+                self._sorted = array("Q", _distinct(sorted(moved.union(self._sorted))))  # readers: old or new
                 self._added.difference_update(moved)  # only once the array holds them
 
     def __len__(self) -> int:
         return len(self._sorted) + len(self._added)
+
+
+def _distinct(keys: list[int]) -> list[int]:
+    """A sorted list without its repeats."""
+    return [k for n, k in enumerate(keys) if n == 0 or k != keys[n - 1]]

@@ -9,14 +9,16 @@ journal as a mixin, over its engine and write lock.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from skillstate.storage.call_index import hash_key
 from skillstate.storage.schema import llm_calls
@@ -64,10 +66,13 @@ _FIRST_IDS = (select(func.min(llm_calls.c.id))
 _FIRST_OK_OF = {scoped: select(*_CALL_COLUMNS).where(llm_calls.c.id.in_(
     _FIRST_IDS.where(llm_calls.c.run_id.in_(bindparam("run_ids", expanding=True))) if scoped else _FIRST_IDS))
     for scoped in (False, True)}
-# PostgreSQL: a transaction-scoped lock per request journaled, taken in key order (so never a deadlock); two
-# processes journaling the same request at once commit one after the other, and the second one's check sees
-# the first one's row (at READ COMMITTED, a statement sees what was committed before it began).
+# Before a batch checks its requests, it takes the write lock: on PostgreSQL a transaction-scoped lock per
+# request, in key order (so never a deadlock), in a READ COMMITTED transaction (a statement sees what was
+# committed before it began, whatever the server's default); on SQLite the database's (a write that changes
+# nothing). Two processes journaling the same request at once then do it one after the other, and the second
+# one's check sees the first one's row.
 _LOCK_KEYS = text("SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS bigint[])) AS k")
+_SQLITE_WRITE_LOCK = text("UPDATE llm_calls SET id = id WHERE 0 = 1")
 
 
 class _PendingCall:
@@ -91,7 +96,9 @@ def _lock_key(request_hash: str) -> int:
 
 
 def _first_calls(conn: Any, checked: list[_PendingCall]) -> None:
-    """Set `first` on each checked row just inserted: one query per scope, in the batch's transaction."""
+    """Set `first` on each checked row about to be inserted: the first successful call of its request in its
+    scope, if there is one and (for a successful row) its reply is another. One query per scope, in the
+    batch's transaction once it holds the locks."""
     by_scope: dict[tuple[str, ...] | None, list[_PendingCall]] = {}
     for p in checked:
         by_scope.setdefault(None if p.scope is None else tuple(p.scope), []).append(p)
@@ -102,7 +109,7 @@ def _first_calls(conn: Any, checked: list[_PendingCall]) -> None:
         first = {row[0]: row for row in conn.execute(_FIRST_OK_OF[scope is not None], params).all()}
         for p in pending:
             row = first.get(p.row["request_hash"])
-            if row is not None and row[1] != p.row["response"]:  # the same reply: this row, or its twin
+            if row is not None and (not p.row["ok"] or row[1] != p.row["response"]):  # the same reply: a twin
                 p.first = _call_row(row)
 
 
@@ -150,18 +157,20 @@ class CallJournal:
         """Journal one call. `request` is the request, or its canonical JSON
         when the caller already has it (the text its hash was taken of).
 
-        With `check`, a successful call is checked in its own commit against
-        the journal (the runs in `scope`, or all runs): when an earlier
-        successful call of the same request is there with another reply
-        (another process recorded it since the caller last looked), that call
-        is returned. Its reply is the one to use: resume and verify serve it."""
+        With `check`, the call is checked in its own commit against the
+        journal (the runs in `scope`, or all runs): when an earlier successful
+        call of the same request is there (another process recorded it since
+        the caller last looked) with another reply, or this call failed, that
+        call is returned. Its reply is the one to use: resume and verify
+        serve it. A failed call superseded so is not recorded (an error after
+        a success would tell verify that the request had failed)."""
         row: dict[str, Any] = dict(
             run_id=run_id, role=role, request_hash=request_hash, model=model,
             request=request if isinstance(request, str) else canonical_json(request),
             response=canonical_json(response) if response is not None else None,
             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_ms=latency_ms,
             error=error, ok=error is None)
-        pending = _PendingCall(row, check and error is None, scope)
+        pending = _PendingCall(row, check, scope)
         with self._calls_cond:
             row["created_at"] = utc_now()  # in the order of the ids the rows get, as when each was its own insert
             self._calls_pending.append(pending)
@@ -185,13 +194,18 @@ class CallJournal:
         callers of a batch that failed all raise its error."""
         error: Exception | None = None
         try:
-            with self._write_lock, self.engine.begin() as conn:
+            with self._write_lock, self._begin_calls() as conn:
+                checked = [p for p in batch if p.check]
                 if conn.dialect.name == "postgresql":
-                    keys = sorted({_lock_key(p.row["request_hash"]) for p in batch if p.row["ok"]})
+                    keys = sorted({_lock_key(p.row["request_hash"]) for p in batch if p.row["ok"] or p.check})
                     if keys:
                         conn.execute(_LOCK_KEYS, {"keys": keys})
-                conn.execute(_INSERT_CALL, [p.row for p in batch])
-                _first_calls(conn, [p for p in batch if p.check])
+                elif checked:
+                    conn.execute(_SQLITE_WRITE_LOCK)
+                _first_calls(conn, checked)
+                rows = [p.row for p in batch if p.row["ok"] or p.first is None]
+                if rows:
+                    conn.execute(_INSERT_CALL, rows)
         except Exception as err:
             error = err
         except BaseException:  # interrupted, nothing written: the other callers write their rows themselves
@@ -207,6 +221,15 @@ class CallJournal:
             self._calls_cond.notify_all()
         if error is not None:
             raise error
+
+    @contextlib.contextmanager
+    def _begin_calls(self) -> Iterator[Connection]:
+        """A transaction for a batch of calls: READ COMMITTED on PostgreSQL (see _LOCK_KEYS)."""
+        with self.engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execution_options(isolation_level="READ COMMITTED")
+            with conn.begin():
+                yield conn
 
     def request_of(self, request_hash: str) -> dict[str, Any] | None:
         """The request a hash stands for (its canonical JSON in the call table), or None."""
