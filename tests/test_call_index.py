@@ -18,6 +18,7 @@ from skillstate.llm.recording import RecordingClient
 from skillstate.reading.audit import verify
 from skillstate.storage import call_index
 from skillstate.storage.call_index import CallIndex, hash_key
+from skillstate.storage.call_journal import SUPERSEDED
 from skillstate.storage.schema import llm_calls
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
@@ -212,7 +213,8 @@ def test_a_failed_send_of_a_request_answered_meanwhile_gets_that_reply_and_recor
     assert RecordingClient(Replies("a"), theirs, run_id="A", role="target").complete(q).text == "a"
     result = down.complete(q)  # the index was read before A answered: sent, and the send failed
     assert result.error is None and result.text == "a" and not result.cached and down.sent == 1
-    assert [c.error for c in mine.read_calls("B")] == []  # no error row after A's success
+    (failed,) = mine.read_calls("B")  # recorded for its cost, marked so that verify skips it
+    assert failed.error.startswith(SUPERSEDED) and "server is down" in failed.error
     served = RecordingClient(Replies("x"), later, run_id="X", role="target").complete(q)
     assert served.cached and served.text == "a"
     event_time = dt.datetime.now(dt.timezone.utc)
@@ -259,3 +261,20 @@ def test_a_server_defaulting_to_repeatable_read_still_serializes_writers(tmp_pat
         _race(stores)
     finally:
         d.drop()
+
+
+def test_a_refresh_reading_its_late_window_again_keeps_an_index_near_its_cap(urls, monkeypatch):
+    store = Store(urls.new())
+    for n in range(4):
+        _journal(store, "a", _request(f"q{n}"), "x")
+    monkeypatch.setattr(call_index, "MAX_INDEXED_CALLS", 5)
+    index = CallIndex(store, None)
+    index.refresh()  # reads the same 4 rows again (the late window): nothing new
+    assert index.usable and len(index) == 4
+    _journal(store, "a", _request("q4"), "x")
+    index.refresh()
+    assert index.usable and len(index) == 5
+    _journal(store, "a", _request("q5"), "x")
+    index.refresh()
+    assert not index.usable
+    store.close()

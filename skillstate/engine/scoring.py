@@ -61,12 +61,14 @@ def rollout_jobs(ctx: RunContext, skill: str, jobs: list[tuple[dict[str, Any], i
     ctx.expect_calls(ctx.rollout_calls(len(jobs)))
     prompts: dict[str, tuple[str, list[RetrievedSkill]]] = {}
     order = list(range(len(jobs)))
-    if ctx.config.mode == "bank" and len(jobs) > 1:
-        items = list({item["id"]: item for item, _ in jobs}.values())
-        found = ctx.map(lambda item: prompt_for(skill, item, ctx.config.bank, ctx.embedder), items)
-        prompts = {item["id"]: p for item, p in zip(items, found, strict=True)}
-        order.sort(key=lambda n: prompts[jobs[n][0]["id"]][0])  # stable: input order among equal prompts
-    done = ctx.map(lambda n: rollout_one(ctx, skill, jobs[n][0], jobs[n][1], prompts.get(jobs[n][0]["id"])), order)
+    with ctx.burst(len(jobs)):  # one burst for both maps: no work ahead takes the slots between them
+        if ctx.config.mode == "bank" and len(jobs) > 1:
+            items = list({item["id"]: item for item, _ in jobs}.values())
+            found = ctx.map(lambda item: prompt_for(skill, item, ctx.config.bank, ctx.embedder), items)
+            prompts = {item["id"]: p for item, p in zip(items, found, strict=True)}
+            order.sort(key=lambda n: prompts[jobs[n][0]["id"]][0])  # stable: input order among equal prompts
+        done = ctx.map(lambda n: rollout_one(ctx, skill, jobs[n][0], jobs[n][1], prompts.get(jobs[n][0]["id"])),
+                       order)
     results: list[ItemResult] = [None] * len(jobs)  # type: ignore[list-item]  (every slot is filled below)
     for n, result in zip(order, done, strict=True):
         results[n] = result

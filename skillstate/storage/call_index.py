@@ -72,9 +72,9 @@ class CallIndex:
 
     def may_hold(self, request_hash: str) -> bool:
         """False only when the journal held no successful call of it at the last read and none was added since."""
-        if not self.usable:
-            return True
-        key = hash_key(request_hash)
+        return not self.usable or self._holds(hash_key(request_hash))
+
+    def _holds(self, key: int) -> bool:
         if key in self._added:
             return True
         keys = self._sorted
@@ -102,8 +102,11 @@ class CallIndex:
             with self.store.engine.connect() as conn:
                 result = conn.execution_options(stream_results=True, yield_per=10_000).execute(query, params)
                 for row_id, request_hash in result:
-                    read.append(hash_key(request_hash))
                     self._after = max(self._after, row_id)
+                    key = hash_key(request_hash)
+                    if not first and self._holds(key):  # the late window, read again
+                        continue
+                    read.append(key)
                     if len(read) > room:  # too many to hold: stop reading, and ask the journal from now on
                         self.usable = False
                         self._sorted, self._added = array("Q"), set()

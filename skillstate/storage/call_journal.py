@@ -113,6 +113,15 @@ def _first_calls(conn: Any, checked: list[_PendingCall]) -> None:
                 p.first = _call_row(row)
 
 
+# The error of a failed call recorded after another process's success of the same request (its caller used
+# that success): kept for the cost it had, and skipped by verify's as-of lookup.
+SUPERSEDED = "superseded by an earlier success: "
+
+
+def _superseded(error: str | None) -> bool:
+    return error is not None and error.startswith(SUPERSEDED)
+
+
 def _call_row(row: Any) -> CallRow | None:
     return None if row is None else CallRow(row[0], json.loads(row[1]) if row[1] else None, row[2], row[3], row[4])
 
@@ -145,7 +154,7 @@ class CallJournal:
                 return _call_row(conn.execute(_FIRST_OK[scoped], params).first())
         params["as_of"] = as_of
         with self.engine.connect() as conn:  # one query: a request has few rows
-            rows = conn.execute(_AS_OF[scoped], params).all()
+            rows = [r for r in conn.execute(_AS_OF[scoped], params).all() if not _superseded(r[2])]
         if not rows or rows[-1][2] is not None:
             return _call_row(rows[-1] if rows else None)
         return _call_row(next(r for r in rows if r[2] is None))
@@ -162,8 +171,9 @@ class CallJournal:
         call of the same request is there (another process recorded it since
         the caller last looked) with another reply, or this call failed, that
         call is returned. Its reply is the one to use: resume and verify
-        serve it. A failed call superseded so is not recorded (an error after
-        a success would tell verify that the request had failed)."""
+        serve it. A failed call superseded so is recorded as SUPERSEDED, which
+        verify skips (an error after a success would tell it that the request
+        had failed), so its cost still counts."""
         row: dict[str, Any] = dict(
             run_id=run_id, role=role, request_hash=request_hash, model=model,
             request=request if isinstance(request, str) else canonical_json(request),
@@ -203,9 +213,10 @@ class CallJournal:
                 elif checked:
                     conn.execute(_SQLITE_WRITE_LOCK)
                 _first_calls(conn, checked)
-                rows = [p.row for p in batch if p.row["ok"] or p.first is None]
-                if rows:
-                    conn.execute(_INSERT_CALL, rows)
+                for p in checked:
+                    if not p.row["ok"] and p.first is not None:
+                        p.row["error"] = SUPERSEDED + str(p.row["error"])
+                conn.execute(_INSERT_CALL, [p.row for p in batch])
         except Exception as err:
             error = err
         except BaseException:  # interrupted, nothing written: the other callers write their rows themselves
