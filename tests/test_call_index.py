@@ -257,7 +257,7 @@ def test_a_server_defaulting_to_repeatable_read_still_serializes_writers(tmp_pat
                               "default_transaction_isolation%3Drepeatable%5C%20read%20-csearch_path%3D")
         stores = [Store(url), Store(url)]
         with stores[0].engine.connect() as conn:
-            assert conn.execute(text("SHOW transaction_isolation")).scalar() == "repeatable read"
+            assert conn.execute(text("SHOW default_transaction_isolation")).scalar() == "repeatable read"
         _race(stores)
     finally:
         d.drop()

@@ -9,16 +9,14 @@ journal as a mixin, over its engine and write lock.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 
 from skillstate.storage.call_index import hash_key
 from skillstate.storage.schema import llm_calls
@@ -68,9 +66,9 @@ _FIRST_OK_OF = {scoped: select(*_CALL_COLUMNS).where(llm_calls.c.id.in_(
     for scoped in (False, True)}
 # Before a batch checks its requests, it takes the write lock: on PostgreSQL a transaction-scoped lock per
 # request, in key order (so never a deadlock), in a READ COMMITTED transaction (a statement sees what was
-# committed before it began, whatever the server's default); on SQLite the database's (a write that changes
-# nothing). Two processes journaling the same request at once then do it one after the other, and the second
-# one's check sees the first one's row.
+# committed before it began; the store's engine asks for that level whatever the server's default); on
+# SQLite the database's (a write that changes nothing). Two processes journaling the same request at once
+# then do it one after the other, and the second one's check sees the first one's row.
 _LOCK_KEYS = text("SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS bigint[])) AS k")
 _SQLITE_WRITE_LOCK = text("UPDATE llm_calls SET id = id WHERE 0 = 1")
 
@@ -204,7 +202,7 @@ class CallJournal:
         callers of a batch that failed all raise its error."""
         error: Exception | None = None
         try:
-            with self._write_lock, self._begin_calls() as conn:
+            with self._write_lock, self.engine.begin() as conn:
                 checked = [p for p in batch if p.check]
                 if conn.dialect.name == "postgresql":
                     keys = sorted({_lock_key(p.row["request_hash"]) for p in batch if p.row["ok"] or p.check})
@@ -232,15 +230,6 @@ class CallJournal:
             self._calls_cond.notify_all()
         if error is not None:
             raise error
-
-    @contextlib.contextmanager
-    def _begin_calls(self) -> Iterator[Connection]:
-        """A transaction for a batch of calls: READ COMMITTED on PostgreSQL (see _LOCK_KEYS)."""
-        with self.engine.connect() as conn:
-            if conn.dialect.name == "postgresql":
-                conn.execution_options(isolation_level="READ COMMITTED")
-            with conn.begin():
-                yield conn
 
     def request_of(self, request_hash: str) -> dict[str, Any] | None:
         """The request a hash stands for (its canonical JSON in the call table), or None."""

@@ -158,7 +158,9 @@ def make_engine(url: str, *, create: bool = True) -> Engine:
 
         return engine
     try:
-        return create_engine(parsed, pool_pre_ping=True, connect_args=_connect_timeout(parsed))
+        # READ COMMITTED whatever the server's default: the call journal's check relies on it (call_journal)
+        return create_engine(parsed, pool_pre_ping=True, isolation_level="READ COMMITTED",
+                             connect_args=_connect_timeout(parsed))
     except Exception as err:  # missing driver, bad options
         raise UserError(f"cannot use database {parsed.render_as_string(hide_password=True)}: {err}") from None
 
