@@ -69,9 +69,8 @@ def rollout_jobs(ctx: RunContext, skill: str, jobs: list[tuple[dict[str, Any], i
             order.sort(key=lambda n: prompts[jobs[n][0]["id"]][0])  # stable: input order among equal prompts
         done = ctx.map(lambda n: rollout_one(ctx, skill, jobs[n][0], jobs[n][1], prompts.get(jobs[n][0]["id"])),
                        order)
-    results: list[ItemResult] = [None] * len(jobs)  # type: ignore[list-item]  (every slot is filled below)
-    for n, result in zip(order, done, strict=True):
-        results[n] = result
+    at = {n: result for n, result in zip(order, done, strict=True)}
+    results = [at[n] for n in range(len(jobs))]
     check_rollout_errors(ctx, results)
     return results
 

@@ -181,7 +181,7 @@ class RecordingClient:
         if self.budget is not None and resp is not None:
             self.budget.add(model, pt, ct)
         self.health.record(self.role, error)
-        if checked and (error is None or first is not None):
+        if self.index is not None and (error is None or first is not None):
             self.index.add(h)
         if first is not None:  # another process journaled this request first (this call was still paid, or it
             served = ChatResponse.from_dict(first.response or {})  # failed): that reply is what resume and verify serve

@@ -76,7 +76,8 @@ _SQLITE_WRITE_LOCK = text("UPDATE llm_calls SET id = id WHERE 0 = 1")
 class _PendingCall:
     """A call row waiting for its batch to be committed. When `check`ed: the
     first successful call of its request in `scope` (run ids, or None for any
-    run) as of the commit, if that is another row with another reply (`first`)."""
+    run) as of the commit, when this call failed or that call's reply is
+    another (`first`)."""
 
     __slots__ = ("row", "done", "error", "check", "scope", "first")
 
@@ -105,10 +106,10 @@ def _first_calls(conn: Any, checked: list[_PendingCall]) -> None:
         if scope is not None:
             params["run_ids"] = list(scope)
         first = {row[0]: row for row in conn.execute(_FIRST_OK_OF[scope is not None], params).all()}
-        for p in pending:
+        for p in pending:  # (set anew: a batch interrupted before its commit is written again)
             row = first.get(p.row["request_hash"])
-            if row is not None and (not p.row["ok"] or row[1] != p.row["response"]):  # the same reply: a twin
-                p.first = _call_row(row)
+            mine = row is None or (p.row["ok"] and row[1] == p.row["response"])  # the same reply: its twin
+            p.first = None if mine else _call_row(row)
 
 
 # The error of a failed call recorded after another process's success of the same request (its caller used
@@ -212,7 +213,7 @@ class CallJournal:
                     conn.execute(_SQLITE_WRITE_LOCK)
                 _first_calls(conn, checked)
                 for p in checked:
-                    if not p.row["ok"] and p.first is not None:
+                    if not p.row["ok"] and p.first is not None and not _superseded(p.row["error"]):
                         p.row["error"] = SUPERSEDED + str(p.row["error"])
                 conn.execute(_INSERT_CALL, [p.row for p in batch])
         except Exception as err:
