@@ -37,7 +37,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_calls import write_world  # noqa: E402
+from bench_calls import _free_port, write_world  # noqa: E402
 from policy_real_weights import fetch_gguf  # noqa: E402
 
 from skillstate.config import SkillConfig  # noqa: E402
@@ -56,12 +55,6 @@ from skillstate.storage.store import Store  # noqa: E402
 from skillstate.trainer import Trainer, evaluate_skill  # noqa: E402
 
 CACHE = Path(os.environ.get("SKILLSTATE_BENCH_WEIGHTS", Path.home() / ".cache" / "skillstate" / "bench-weights"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(binary: str, gguf: Path, slots: int, ctx_per_slot: int) -> tuple[subprocess.Popen, str]:

@@ -162,10 +162,16 @@ def test_refresh_reads_what_other_processes_journaled(urls, monkeypatch):
     other.close()
 
 
+def _answered(url: str, n: int) -> Store:
+    """A store whose journal holds `n` answered requests, q0 to q{n-1}."""
+    store = Store(url)
+    for k in range(n):
+        _journal(store, "a", _request(f"q{k}"), "x")
+    return store
+
+
 def test_an_index_too_large_to_hold_asks_the_journal_for_everything(urls, monkeypatch):
-    store = Store(urls.new())
-    for n in range(3):
-        _journal(store, "a", _request(f"q{n}"), "x")
+    store = _answered(urls.new(), 3)
     monkeypatch.setattr(call_index, "MAX_INDEXED_CALLS", 2)
     index = CallIndex(store, None)
     assert not index.usable and index.may_hold(_request("never sent").hash)
@@ -264,9 +270,7 @@ def test_a_server_defaulting_to_repeatable_read_still_serializes_writers(tmp_pat
 
 
 def test_a_refresh_reading_its_late_window_again_keeps_an_index_near_its_cap(urls, monkeypatch):
-    store = Store(urls.new())
-    for n in range(4):
-        _journal(store, "a", _request(f"q{n}"), "x")
+    store = _answered(urls.new(), 4)
     monkeypatch.setattr(call_index, "MAX_INDEXED_CALLS", 5)
     index = CallIndex(store, None)
     index.refresh()  # reads the same 4 rows again (the late window): nothing new
