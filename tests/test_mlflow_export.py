@@ -22,7 +22,8 @@ from skillstate.cli.main import cli  # noqa: E402
 from skillstate.config import flatten_keys  # noqa: E402
 from skillstate.engine.runner import load_run  # noqa: E402
 from skillstate.errors import UserError  # noqa: E402
-from skillstate.exports.mlflow_export import config_params, export_run  # noqa: E402
+from skillstate.exports.mlflow_common import config_params  # noqa: E402
+from skillstate.exports.mlflow_export import export_run  # noqa: E402
 from skillstate.reading.audit import head  # noqa: E402
 from skillstate.reading.curves import run_curves  # noqa: E402
 from skillstate.storage.store import Store  # noqa: E402

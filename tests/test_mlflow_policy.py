@@ -115,11 +115,10 @@ def test_exporting_again_appends_only_what_was_logged_since(world):
     again = export_run(store, "grpo", tracking_uri=tracking, experiment="again")["runs"][0]
     assert again["action"] == "updated" and again["steps_logged"] == 2
     client, run = mlflow_run(tracking, "again", "grpo")
-    from skillstate.exports.mlflow_export import epoch_ms, metric_key
     from skillstate.exports.mlflow_policy import event_metrics
 
     after = [s for s in loaded.own if s.seq > mid.seq]
-    assert again["metrics_logged"] == len(event_metrics(after, epoch_ms, metric_key)) < first["metrics_logged"]
+    assert again["metrics_logged"] == len(event_metrics(after)) < first["metrics_logged"]
     losses = [(int(r["step"]), v) for t in loaded.state.policy.trained for r in t.metrics for k, v in r.items()
               if k == "loss"]
     assert history(client, run, "train/loss") == losses  # nothing twice

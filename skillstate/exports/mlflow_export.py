@@ -49,11 +49,9 @@ mlflow (the `mlflow` extra) is imported when an export starts.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import os
-import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -61,6 +59,16 @@ from pathlib import Path
 from typing import Any
 
 from skillstate.errors import UserError
+from skillstate.exports.mlflow_common import (
+    HEAD_TAG,
+    RUN_ID_TAG,
+    STEPS_TAG,
+    TAG,
+    config_params,
+    epoch_ms,
+    metric_key,
+    run_status,
+)
 from skillstate.reading.skill_text import skill_text
 from skillstate.skilltree import is_tree_blob
 
@@ -71,12 +79,8 @@ FALLBACK_TRACKING_URI = "sqlite:///mlflow.db"
 DECISION_CODES = {"reject": -1, "skip": 0, "accept": 1, "accept_best": 2}
 STEP_METRICS = ("candidate_score", "early_reject_bound", "current_score", "best_score", "edit_budget", "epoch",
                 "cost_usd", "cumulative_cost_usd", "calls")
-TAG = "skillstate."
-RUN_ID_TAG, HEAD_TAG, STEPS_TAG = "skillstate.run_id", "skillstate.head", "skillstate.exported_steps"
 PARENT_TAG = "mlflow.parentRunId"
 _BATCH = 100  # MLflow's limit of params or tags per log_batch (metrics: 1000)
-_SECRET_KEY_RE = re.compile(r"(^|[._])(api_key|apikey|secret|password|passwd|token)$", re.IGNORECASE)
-_BAD_KEY_CHARS_RE = re.compile(r"[^\w\-. /]")
 
 
 def default_tracking_uri() -> str:
@@ -110,55 +114,12 @@ def _quiet() -> Iterator[None]:
             log.setLevel(level)
 
 
-def epoch_ms(when: dt.datetime | None) -> int:
-    if when is None:
-        return int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
-    if when.tzinfo is None:  # SQLite hands back naive datetimes: skillstate stores UTC
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return int(when.timestamp() * 1000)
-
-
-def metric_key(key: str) -> str:
-    return _BAD_KEY_CHARS_RE.sub("_", key)[:250]
-
-
 def _param_limit() -> int:
     try:
         from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
     except ImportError:  # pragma: no cover (older mlflow)
         return 500
     return int(MAX_PARAM_VAL_LENGTH)
-
-
-def config_params(config: dict[str, Any], limit: int = 6000) -> dict[str, str]:
-    """The config as MLflow params: dotted keys, string values, secrets masked, each value at most `limit`
-    characters."""
-    from skillstate.config import flatten_keys, redact
-
-    out: dict[str, str] = {}
-    for key, value in sorted(flatten_keys(dict(config)).items()):
-        if _SECRET_KEY_RE.search(key) and value:
-            text = "***"
-        elif isinstance(value, (dict, list)):
-            text = redact(json.dumps(value, sort_keys=True, ensure_ascii=False))
-        else:
-            text = redact(str(value))
-        if len(text) > limit:
-            text = text[: limit - 3] + "..."
-        out[metric_key(key)] = text
-    return out
-
-
-def run_status(state: Any) -> tuple[str, str]:
-    """(skillstate status, MLflow run status)."""
-    from skillstate.reading.history import status_of
-
-    status = status_of(state)
-    if state.completed:
-        return status, "FINISHED"
-    if state.stopped is not None:
-        return status, "KILLED"
-    return status, "RUNNING"
 
 
 def _summary_metrics(curves: dict[str, Any], state: Any) -> dict[str, float]:

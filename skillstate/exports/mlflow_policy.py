@@ -1,5 +1,6 @@
 """A policy training run (kind policy: `skillstate sft`, `skillstate grpo`) in
-MLflow, for `skillstate.exports.mlflow_export`:
+MLflow, for `skillstate.exports.mlflow_export` (what both share is in
+`mlflow_common`):
 
 - metrics, each at its optimizer step: every metric TRL logged
   (`PolicyTrained.metrics`) as `train/NAME` (`train/loss`, `train/reward`,
@@ -31,6 +32,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from skillstate.exports.mlflow_common import (
+    HEAD_TAG,
+    RUN_ID_TAG,
+    STEPS_TAG,
+    TAG,
+    config_params,
+    epoch_ms,
+    metric_key,
+    run_status,
+)
 from skillstate.log.events_policy import PolicyBankEvolved, PolicyTrained, PolicyValidated
 
 
@@ -47,7 +58,7 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def event_metrics(stored: list[Any], ms: Any, key: Any) -> list[tuple[str, float, int, int]]:
+def event_metrics(stored: list[Any]) -> list[tuple[str, float, int, int]]:
     """(key, value, timestamp in ms, step) of each policy event in `stored` (the run's own stored events)."""
     out: list[tuple[str, float, int, int]] = []
     seen: set[tuple[str, int]] = set()
@@ -56,10 +67,10 @@ def event_metrics(stored: list[Any], ms: Any, key: Any) -> list[tuple[str, float
         number = _number(value)
         if number is not None and (name, step) not in seen:  # TRL's closing row repeats the epoch at its step
             seen.add((name, step))
-            out.append((key(name), number, when, step))
+            out.append((metric_key(name), number, when, step))
 
     for s in stored:
-        e, when = s.event, ms(s.created_at)
+        e, when = s.event, epoch_ms(s.created_at)
         if isinstance(e, PolicyTrained):
             for row in e.metrics:
                 step = int(row.get("step", e.step_to))
@@ -108,16 +119,6 @@ def export_policy(exporter: Any, loaded: Any) -> dict[str, Any]:
     the recorded head appended, or left unchanged."""
     from mlflow.entities import Metric
 
-    from skillstate.exports.mlflow_export import (
-        HEAD_TAG,
-        RUN_ID_TAG,
-        STEPS_TAG,
-        TAG,
-        config_params,
-        epoch_ms,
-        metric_key,
-        run_status,
-    )
     from skillstate.reading.policy_view import policy_summary
 
     state = loaded.state
@@ -146,7 +147,7 @@ def export_policy(exporter: Any, loaded: Any) -> dict[str, Any]:
         logged = dict(existing.data.metrics)
         params = {k: v for k, v in params.items() if k not in existing.data.params}
     new = [s for s in loaded.own if s.seq > done_seq]
-    metrics = [Metric(k, v, when, step) for k, v, when, step in event_metrics(new, epoch_ms, metric_key)]
+    metrics = [Metric(k, v, when, step) for k, v, when, step in event_metrics(new)]
     final = summary_metrics(summary, state) if summary else {}
     metrics += [Metric(k, v, last_ms, summary["steps"]) for k, v in final.items() if logged.get(k) != v]
     tags = {RUN_ID_TAG: loaded.run_id, f"{TAG}kind": state.kind, f"{TAG}status": status, HEAD_TAG: head,
