@@ -14,7 +14,7 @@ from conftest import Databases, small_config
 from sqlalchemy import insert, text
 
 from skillstate.llm.base import ChatRequest, ChatResponse
-from skillstate.llm.recording import RecordingClient
+from skillstate.llm.recording import RecentReplies, RecordingClient
 from skillstate.reading.audit import verify
 from skillstate.storage import call_index
 from skillstate.storage.call_index import CallIndex, hash_key
@@ -72,8 +72,10 @@ def test_a_run_asks_the_journal_only_for_requests_it_may_hold(urls, monkeypatch)
     store = Store(urls.new())
     first = Trainer(small_config(), store=store, run_id="a").train()
     sent = sum(u["sent"] for u in first.summary["usage"].values())
-    assert sent > 0 and asked and all(asked)  # never a lookup that finds nothing: new requests are not asked for
-    assert len(asked) < sent
+    used = sum(u["calls"] for u in first.summary["usage"].values())
+    # requests answered ahead of time were served from the replies the run journaled itself (`RecentReplies`),
+    # and new requests were never asked for: no lookup at all
+    assert 0 < sent < used and asked == []
     asked.clear()
     again = Trainer(small_config(llm_cache="all"), store=store, run_id="b").train()  # the same requests: all served
     assert sum(u["sent"] for u in again.summary["usage"].values()) == 0 and asked and all(asked)
@@ -95,11 +97,36 @@ def test_a_request_journaled_elsewhere_after_the_index_was_read_gets_the_first_r
     assert not result.cached  # paid: the meter counts it as sent
     assert result.text == "theirs"  # but the reply used is the one the journal serves from now on
     assert store.find_call(request.hash, run_ids=scope).response["text"] == "theirs"
+    repeat = client.complete(request)  # served the first reply, never this client's own
+    assert repeat.text == "theirs" and repeat.cached and mine.sent == 1
     other = _request("what is 3 + 3?")
     assert client.complete(other).text == "mine" and index.may_hold(other.hash)
-    again = client.complete(other)  # in the index now: looked up and served, not sent
+    again = client.complete(other)  # served, not sent
     assert again.text == "mine" and again.cached and mine.sent == 2
     store.close()
+
+
+def test_a_reply_this_client_journaled_is_served_without_asking_the_journal(urls, monkeypatch):
+    store = Store(urls.new())
+    client = RecordingClient(Replies("mine"), store, run_id="a", role="target", index=CallIndex(store, None))
+    ahead = client.sibling(client.health)  # work done ahead: the same journal and replies
+    request = _request("q")
+    assert ahead.complete(request).text == "mine"
+    monkeypatch.setattr(Store, "find_call", lambda *a, **k: pytest.fail("asked the journal"))
+    served = client.complete(request)
+    assert served.cached and served.text == "mine" and client.backend.sent == 1
+    assert served.ref == client.complete(request).ref  # the same tokens as the journal's row
+    store.close()
+
+
+def test_the_recent_replies_keep_the_newest_within_their_size():
+    replies = RecentReplies(limit=60)
+    for n in range(5):
+        replies.put(f"h{n}", canonical_json({"text": "x" * n}))  # 11 to 15 characters: 65 in all
+    assert replies.get("h0") is None  # the oldest went
+    assert [replies.get(f"h{n}") for n in range(1, 5)] == [{"text": "x" * n} for n in range(1, 5)]
+    replies.put("big", canonical_json({"text": "y" * 20}))  # over a quarter of the limit: not kept
+    assert replies.get("big") is None and replies.get("h4") == {"text": "xxxx"}
 
 
 def test_a_call_outside_the_scope_is_neither_indexed_nor_served(urls):
@@ -206,6 +233,9 @@ def _race(stores: list[Store]) -> None:
         t.join()
     served = [stores[0].find_call(r.hash).response["text"] for r in requests]
     assert results[0] == served and results[1] == served  # each used what resume and verify will serve
+    sent = [c.backend.sent for c in clients]
+    assert [[c.complete(r).text for r in requests] for c in clients] == [served, served]  # and again, unsent
+    assert [c.backend.sent for c in clients] == sent
     for s in stores:
         s.close()
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skillstate.engine.runner import lineage_events
-from skillstate.engine.scoring import send_limit
+from skillstate.engine.scoring import failed_outcomes, send_limit
 from skillstate.log.values import ItemResult
 from skillstate.reading.audit import audit, verify
 from skillstate.skillopt import gate
@@ -58,6 +58,21 @@ def test_an_early_reject_is_always_the_decision_a_full_evaluation_gives(case):
                                        density_weight) is None or k == 1
 
 
+@given(cases(), st.sampled_from([0.0, 0.0, 0.05]))
+@settings(max_examples=1500, deadline=None)
+def test_the_prefix_test_finds_the_same_point_as_the_whole_scan(case, cost):
+    # gate.reject_after tests one prefix; extended an item at a time, it first proves a reject at the point
+    # early_reject_point finds, with the same bound (bit for bit), and never where it finds none
+    outcomes, order, metric, weight, density, density_weight, current = case
+    ordered = [outcomes[i] for i in order]
+    n = len(ordered)
+    found = gate.early_reject_point(ordered, n, current, metric, weight, density, density_weight, cost)
+    first = next((hit for k in range(n + 1)
+                  if (hit := gate.reject_after(ordered[:k], n, current, metric, weight, density, density_weight,
+                                               cost)) is not None), None)
+    assert first == found
+
+
 @given(cases(), st.integers(1, 8))
 @settings(max_examples=800, deadline=None)
 def test_items_go_out_no_further_than_the_reject_can_come(case, width):
@@ -77,7 +92,7 @@ def test_items_go_out_no_further_than_the_reject_can_come(case, width):
     found = gate.early_reject_point(ordered, n, current, metric, weight, density, density_weight)
     stop = found[0] if found is not None else n
     for done in range(stop):
-        reach = send_limit(check, items, results[:done], width)
+        reach = send_limit(check, failed_outcomes(items), results[:done], width)
         assert 1 <= reach <= width
         assert done + reach <= stop or found is None
 

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from conftest import EXAMPLES
 
 from skillstate.cli.main import cli
+from skillstate.util import canonical_json
 
 QA = ["--data", str(EXAMPLES / "qa")]
 FAST = ["--epochs", "1", "--batch-size", "12", "-q", *QA]
@@ -158,7 +159,7 @@ def test_1_a_nan_turn_score_in_an_episode_is_refused(bad_envs, tmp_path):
 
 
 def test_1_the_event_encoder_never_writes_a_number_it_cannot_read_back(store):
-    from skillstate.log.event_codec import UnencodableEventError, encode
+    from skillstate.log.event_codec import UnencodableEventError, encode, encode_json
     from skillstate.log.events import GateDecided
     from skillstate.storage.store import GENESIS
 
@@ -168,8 +169,12 @@ def test_1_the_event_encoder_never_writes_a_number_it_cannot_read_back(store):
     with pytest.raises(UnencodableEventError):
         store.append("nan-run", [bad], last_seq=0, last_hash=GENESIS, new_run={})
     assert store.get_run("nan-run") is None and store.read_events("nan-run") == []
-    good = encode(GateDecided(step=1, decision="accept", candidate_score=0.75, current_score=0.5, best_score=0.5))
+    with pytest.raises(UnencodableEventError, match=r"GateDecided: candidate_score is nan"):
+        encode_json(bad)
+    fine = GateDecided(step=1, decision="accept", candidate_score=0.75, current_score=0.5, best_score=0.5)
+    good = encode(fine)
     assert json.loads(json.dumps(good, allow_nan=False)) == good
+    assert encode_json(fine) == canonical_json(good)  # the stored text: the writer that checks writes the same
 
 
 def test_1_a_log_damaged_before_this_check_hides_no_other_run_on_the_dashboard(tmp_path, monkeypatch):
@@ -186,7 +191,8 @@ def test_1_a_log_damaged_before_this_check_hides_no_other_run_on_the_dashboard(t
     for run_id in ("fine", "nan"):
         assert invoke("run", "--run-id", run_id, *FAST, "--db", db).exit_code == 0
     writer = Store(db)
-    monkeypatch.setattr("skillstate.storage.store.encode", lambda event: event.model_dump(mode="json"))  # the old one
+    monkeypatch.setattr("skillstate.storage.store.encode_json",  # the old encoder
+                        lambda event: canonical_json(event.model_dump(mode="json")))
     last = writer.read_events("nan")[-1]
     writer.append("nan", [GateDecided(step=1, decision="accept", candidate_score=math.nan, current_score=0.5,
                                       best_score=0.5)], last_seq=last.seq, last_hash=last.hash)

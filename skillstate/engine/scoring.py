@@ -168,12 +168,14 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
     sent = done = 0
     stop: tuple[int, float] | None = None
     check = reject_check(ctx, state, split, order, skill, current)
+    prefix: list[ItemResult] = []  # results[:done], the scored prefix in `order`
+    failed = failed_outcomes(order)  # (for `send_limit`)
     reach, reach_at = width, -1  # how far past the scored prefix items go out (`send_limit`), for `done` at reach_at
     ctx.expect_calls(ctx.rollout_calls(n))
     with ctx.burst(n):
         while (sent < n and stop is None) or pending:
             if reach_at != done:
-                reach, reach_at = send_limit(check, order, [r for r in results[:done] if r is not None], width), done
+                reach, reach_at = send_limit(check, failed, prefix, width), done
             while sent < n and stop is None and len(pending) < width and sent < done + reach:
                 pending[ctx.submit(rollout_one, ctx, skill, order[sent])] = sent
                 sent += 1
@@ -181,8 +183,9 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
             for future in finished:
                 results[pending.pop(future)] = future.result()
             while stop is None and done < n and results[done] is not None:
+                prefix.append(results[done])  # type: ignore[arg-type]  # (not None: checked above)
                 done += 1
-                stop = check([r for r in results[:done] if r is not None])
+                stop = check(prefix)
     scored = [r for r in (results[: stop[0]] if stop else results) if r is not None]
     check_rollout_errors(ctx, scored)
     partial = None
@@ -197,19 +200,25 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
     return scores, blob, usage_of([c for r in scored for c in r.all_calls()]), partial
 
 
-def send_limit(check: Callable[[list[ItemResult]], tuple[int, float] | None], order: list[dict[str, Any]],
+def failed_outcomes(order: list[dict[str, Any]]) -> list[ItemResult]:
+    """Each item of `order` scored as a failure: what `send_limit` assumes of the items past the prefix."""
+    return [ItemResult(item_id=item["id"], task_type=item.get("task_type", ""), hard=0.0, soft=0.0) for item in order]
+
+
+def send_limit(check: Callable[[list[ItemResult]], tuple[int, float] | None], failed: list[ItemResult],
                prefix: list[ItemResult], width: int) -> int:
-    """How many items past the scored `prefix` (in `order`) may be out at
-    once with none of them going unused at an early reject: the fewest
-    further items whose failing would prove the reject, at most `width`. A
+    """How many items past the scored `prefix` (of the evaluation order,
+    whose items `failed` holds scored as failures) may be out at once with
+    none of them going unused at an early reject: the fewest further items
+    whose failing would prove the reject, at most `width`. A
     failure is the outcome that favours a reject most under every rule, so
     a reject cannot come sooner. Only the calls sent depend on this, never
     what the evaluation records."""
-    tail: list[ItemResult] = []
-    for item in order[len(prefix): len(prefix) + width]:
-        tail.append(ItemResult(item_id=item["id"], task_type=item.get("task_type", ""), hard=0.0, soft=0.0))
-        if check(prefix + tail) is not None:
-            return len(tail)
+    tail = list(prefix)
+    for failure in failed[len(prefix): len(prefix) + width]:
+        tail.append(failure)
+        if check(tail) is not None:
+            return len(tail) - len(prefix)
     return width
 
 
@@ -226,9 +235,9 @@ def reject_check(ctx: RunContext, state: RunState, split: str, order: list[dict[
     n = len(order)
 
     def check(prefix: list[ItemResult]) -> tuple[int, float] | None:
-        found = gate_rules.early_reject_point([(r.hard, r.soft) for r in prefix], n, current, cfg.gate_metric,
-                                              cfg.gate_mixed_weight, density, cfg.semantic_density_weight, cost)
-        return found if found is not None and found[0] == len(prefix) else None
+        # (the callers extend the prefix an item at a time and stop at the first proof: `gate.reject_after`)
+        return gate_rules.reject_after([(r.hard, r.soft) for r in prefix], n, current, cfg.gate_metric,
+                                       cfg.gate_mixed_weight, density, cfg.semantic_density_weight, cost)
 
     return check
 

@@ -10,8 +10,10 @@ the log does not hold is a divergence.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections import OrderedDict
 
 from skillstate.config import redact
 from skillstate.errors import ReplayMissError
@@ -41,6 +43,36 @@ def result_of(h: str, role: str, resp: ChatResponse | None, error: str | None) -
                       truncated=resp.finish_reason == "length", tool_calls=resp.tool_calls)
 
 
+class RecentReplies:
+    """The replies this process journaled lately, each the first success of
+    its request in the client's scope (checked in the commit that recorded
+    it), as the journal holds them: a request answered ahead of time (or
+    twice in a stage) is served from here without asking the journal, the
+    same reply `find_call` would read. Rows are never deleted, so an entry
+    never goes stale; the oldest go first past `limit` characters."""
+
+    def __init__(self, limit: int = 16_000_000):
+        self.limit = limit
+        self._texts: OrderedDict[str, str] = OrderedDict()  # request hash -> the reply's canonical JSON
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def put(self, h: str, text: str) -> None:
+        if len(text) > self.limit // 4:
+            return
+        with self._lock:
+            old = self._texts.pop(h, None)
+            self._chars += len(text) - (len(old) if old is not None else 0)
+            self._texts[h] = text
+            while self._chars > self.limit:
+                self._chars -= len(self._texts.popitem(last=False)[1])
+
+    def get(self, h: str) -> dict | None:
+        with self._lock:
+            text = self._texts.get(h)
+        return json.loads(text) if text is not None else None
+
+
 class RecordingClient:
     def __init__(self, backend: LLMClient | None, store: Store, *, run_id: str, role: str,
                  run_ids: list[str] | None = None, before=None, budget=None, health: CallHealth | None = None,
@@ -63,6 +95,7 @@ class RecordingClient:
         # reply journaled is checked in its commit for an earlier one another process recorded meanwhile, whose
         # reply is used instead. None: ask the journal before every send (and no check).
         self.index = index
+        self._replies = RecentReplies()
 
     def complete(self, request: ChatRequest) -> CallResult:
         """One request, sent at most once at a time: a request already in
@@ -134,14 +167,17 @@ class RecordingClient:
             self.release(h, owner)
 
     def _serve(self, h: str) -> CallResult | None:
-        if self.index is not None and not self.index.may_hold(h):
-            return None
-        row = self.store.find_call(h, run_ids=self.run_ids)
-        if row is None:
-            return None
+        response = self._replies.get(h)
+        if response is None:
+            if self.index is not None and not self.index.may_hold(h):
+                return None
+            row = self.store.find_call(h, run_ids=self.run_ids)
+            if row is None:
+                return None
+            response = row.response
         self.served += 1
         self.health.served(self.role)
-        recorded = ChatResponse.from_dict(row.response or {})
+        recorded = ChatResponse.from_dict(response or {})
         return CallResult(self._ref(h, recorded), text=recorded.text, cached=True,
                           truncated=recorded.finish_reason == "length", tool_calls=recorded.tool_calls)
 
@@ -173,10 +209,12 @@ class RecordingClient:
         """Journal one sent request's outcome (sent here, or by a Ray worker) and count it."""
         pt, ct = (resp.prompt_tokens, resp.completion_tokens) if resp is not None else (0, 0)
         checked = self.index is not None
+        response = canonical_json(resp.to_dict()) if resp is not None else None
         first = self.store.record_call(run_id=self.run_id, role=self.role, request_hash=h, model=model,
-                                       request=body, response=resp.to_dict() if resp is not None else None,
-                                       prompt_tokens=pt, completion_tokens=ct, latency_ms=latency_ms, error=error,
-                                       check=checked, scope=self.run_ids)
+                                       request=body, response=response, prompt_tokens=pt, completion_tokens=ct,
+                                       latency_ms=latency_ms, error=error, check=checked, scope=self.run_ids)
+        if checked and error is None and first is None and response is not None:
+            self._replies.put(h, response)  # the first success in scope (or its twin): what the journal serves
         self.sent += 1
         if self.budget is not None and resp is not None:
             self.budget.add(model, pt, ct)
@@ -196,7 +234,7 @@ class RecordingClient:
         other = RecordingClient(self.backend, self.store, run_id=self.run_id, role=self.role, run_ids=self.run_ids,
                                 before=self.before, budget=self.budget, health=health, index=self.index)
         other._inflight, other._finished, other._inflight_lock = self._inflight, self._finished, self._inflight_lock
-        other._owners = self._owners
+        other._owners, other._replies = self._owners, self._replies
         return other
 
     def unusable(self, request: ChatRequest, resp: ChatResponse) -> str | None:

@@ -6,6 +6,7 @@ Stored rows are never rewritten; an old version is upcast on read.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from typing import Any
@@ -232,6 +233,22 @@ def unfit_for_json(value: Any, path: str = "") -> tuple[str, Any] | None:
                 return found
         return None
     return (path or "value"), value
+
+
+# canonical_json's writer, refusing a non-finite number instead of writing it
+_STRICT_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def encode_json(event: Event) -> str:
+    """The stored payload of `event` as its canonical JSON (what
+    `canonical_json(encode(event))` gives), checked by the JSON writer as it
+    writes: a payload it refuses is looked over by `encode`, which names
+    the value at fault."""
+    try:
+        return _STRICT_JSON.encode(event.model_dump(mode="json"))
+    except (ValueError, TypeError):
+        encode(event)  # raises UnencodableEventError, saying where
+        raise
 
 
 def encode(event: Event) -> dict[str, Any]:

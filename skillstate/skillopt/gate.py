@@ -113,3 +113,24 @@ def early_reject_point(outcomes: list[tuple[float, float]], n: int, current: flo
         if reject_is_certain(bound, current, exact):
             return k, bound
     return None
+
+
+def reject_after(outcomes: list[tuple[float, float]], n: int, current: float, metric: str, mixed_weight: float,
+                 density: float, density_weight: float, cost: float = 0.0) -> tuple[int, float] | None:
+    """(len(outcomes), bound) when the whole of `outcomes` proves a reject,
+    else None: `early_reject_point`'s test at that one prefix, with the same
+    sums in the same order. For a caller that extends the prefix an item at
+    a time and stops at the first proof (no shorter prefix proved one), the
+    first prefix this accepts is the one `early_reject_point` finds, with the
+    same bound, in one bound per item instead of one per prefix item."""
+    k = len(outcomes)
+    if k == 0 or k >= n:  # the last item is never used: a full evaluation decides as usual
+        return None
+    hard_sum = soft_sum = 0.0
+    exact = metric == "hard" and density_weight == 0 and cost == 0
+    for hard, soft in outcomes:
+        hard_sum += hard
+        soft_sum += soft
+        exact = exact and hard in (0.0, 1.0)
+    bound = upper_bound(hard_sum, soft_sum, k, n, metric, mixed_weight, density, density_weight, cost)
+    return (k, bound) if reject_is_certain(bound, current, exact) else None

@@ -159,11 +159,12 @@ class CallJournal:
         return _call_row(next(r for r in rows if r[2] is None))
 
     def record_call(self, *, run_id: str, role: str, request_hash: str, model: str, request: dict[str, Any] | str,
-                    response: dict[str, Any] | None, prompt_tokens: int, completion_tokens: int,
+                    response: dict[str, Any] | str | None, prompt_tokens: int, completion_tokens: int,
                     latency_ms: float, error: str | None, check: bool = False,
                     scope: list[str] | None = None) -> CallRow | None:
         """Journal one call. `request` is the request, or its canonical JSON
-        when the caller already has it (the text its hash was taken of).
+        when the caller already has it (the text its hash was taken of);
+        `response` the reply, or its canonical JSON.
 
         With `check`, the call is checked in its own commit against the
         journal (the runs in `scope`, or all runs): when an earlier successful
@@ -176,7 +177,7 @@ class CallJournal:
         row: dict[str, Any] = dict(
             run_id=run_id, role=role, request_hash=request_hash, model=model,
             request=request if isinstance(request, str) else canonical_json(request),
-            response=canonical_json(response) if response is not None else None,
+            response=canonical_json(response) if isinstance(response, dict) else response,
             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_ms=latency_ms,
             error=error, ok=error is None)
         pending = _PendingCall(row, check, scope)

@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 
 from skillstate.errors import ConcurrencyError, CorruptLogError, NotFoundError, UserError
-from skillstate.log.event_codec import decode, encode
+from skillstate.log.event_codec import decode, encode_json
 from skillstate.log.events import Event
 from skillstate.storage.call_journal import CallJournal, utc_now
 from skillstate.storage.migrate import raise_if_damaged, require_database_file
@@ -297,7 +297,7 @@ class Store(CallJournal):
         now = utc_now()
         for ev in new_events:
             seq += 1
-            payload = canonical_json(encode(ev))
+            payload = encode_json(ev)
             h = event_hash(prev, run_id, seq, ev.type, ev.version, payload)
             mac = event_mac(self.audit_key, h) if self.audit_key else None
             stored.append(StoredEvent(run_id, seq, ev.type, ev.version, payload, prev, h, now, mac))
