@@ -112,10 +112,11 @@ def test_a_reply_this_client_journaled_is_served_without_asking_the_journal(urls
     ahead = client.sibling(client.health)  # work done ahead: the same journal and replies
     request = _request("q")
     assert ahead.complete(request).text == "mine"
+    row = store.find_call(request.hash)
     monkeypatch.setattr(Store, "find_call", lambda *a, **k: pytest.fail("asked the journal"))
     served = client.complete(request)
     assert served.cached and served.text == "mine" and client.backend.sent == 1
-    assert served.ref == client.complete(request).ref  # the same tokens as the journal's row
+    assert (served.ref.prompt_tokens, served.ref.completion_tokens) == (row.prompt_tokens, row.completion_tokens)
     store.close()
 
 
@@ -238,6 +239,32 @@ def _race(stores: list[Store]) -> None:
     assert [c.backend.sent for c in clients] == sent
     for s in stores:
         s.close()
+
+
+def test_two_clients_of_one_store_recording_a_request_in_one_commit_both_use_the_earlier_row(urls):
+    # (two runs in one process, or two roles sending the same request): the rows are written in batch order,
+    # so the later one's reply is the earlier one's, for its caller now and for every serve after it
+    from skillstate.storage.call_journal import _PendingCall
+
+    store = Store(urls.new())
+    request = _request("same")
+
+    def row(run_id: str, text: str | None, error: str | None = None) -> _PendingCall:
+        response = None if text is None else canonical_json(ChatResponse(text=text, finish_reason="stop").to_dict())
+        return _PendingCall(dict(run_id=run_id, role="target", request_hash=request.hash, model="m",
+                                 request=canonical_json(request.to_dict()), response=response, prompt_tokens=3,
+                                 completion_tokens=1, latency_ms=1.0, error=error, ok=error is None,
+                                 created_at=dt.datetime.now(dt.timezone.utc)), check=True, scope=None)
+
+    a, b, twin, failed, apart = row("a", "A"), row("b", "B"), row("c", "A"), row("d", None, "down"), row("e", "E")
+    apart.scope = ["e"]  # its scope holds none of the others
+    store._write_calls([a, b, twin, failed, apart], a)
+    assert a.first is None and twin.first is None and apart.first is None  # the first, its twin, out of scope
+    assert b.first is not None and b.first.response["text"] == "A"
+    assert failed.first is not None and failed.first.response["text"] == "A"
+    assert store.find_call(request.hash).response["text"] == "A"
+    assert [c.error for c in store.read_calls("d")][0].startswith(SUPERSEDED)
+    store.close()
 
 
 def test_a_failed_send_of_a_request_answered_meanwhile_gets_that_reply_and_records_no_error(urls):

@@ -84,10 +84,9 @@ def test_items_go_out_no_further_than_the_reject_can_come(case, width):
     items = [{"id": f"i{i}", "task_type": "t"} for i in range(n)]
     results = [ItemResult(item_id=f"i{i}", task_type="t", hard=h, soft=s) for i, (h, s) in enumerate(ordered)]
 
-    def check(prefix):
-        found = gate.early_reject_point([(r.hard, r.soft) for r in prefix], n, current, metric, weight, density,
-                                        density_weight)
-        return found if found is not None and found[0] == len(prefix) else None
+    def check(prefix):  # the engine's (scoring.reject_check)
+        return gate.reject_after([(r.hard, r.soft) for r in prefix], n, current, metric, weight, density,
+                                 density_weight)
 
     found = gate.early_reject_point(ordered, n, current, metric, weight, density, density_weight)
     stop = found[0] if found is not None else n

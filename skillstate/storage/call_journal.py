@@ -94,22 +94,40 @@ def _lock_key(request_hash: str) -> int:
     return hash_key(request_hash) - (1 << 63)
 
 
-def _first_calls(conn: Any, checked: list[_PendingCall]) -> None:
-    """Set `first` on each checked row about to be inserted: the first successful call of its request in its
-    scope, if there is one and (for a successful row) its reply is another. One query per scope, in the
-    batch's transaction once it holds the locks."""
+def _first_calls(conn: Any, batch: list[_PendingCall]) -> None:
+    """Set `first` on each checked row of `batch` about to be inserted: the
+    first successful call of its request in its scope, if there is one and
+    (for a successful row) its reply is another. That call is in the journal
+    (one query per scope, in the batch's transaction once it holds the
+    locks) or, failing that, an earlier row of this batch (the rows get their
+    ids in batch order): two clients of one store may record the same
+    request in one commit."""
     by_scope: dict[tuple[str, ...] | None, list[_PendingCall]] = {}
-    for p in checked:
-        by_scope.setdefault(None if p.scope is None else tuple(p.scope), []).append(p)
+    for p in batch:
+        if p.check:
+            by_scope.setdefault(None if p.scope is None else tuple(p.scope), []).append(p)
+    found: dict[int, Any] = {}  # id(pending row) -> the journal's first successful call of its request
     for scope, pending in by_scope.items():
         params: dict[str, Any] = {"hashes": sorted({p.row["request_hash"] for p in pending})}
         if scope is not None:
             params["run_ids"] = list(scope)
         first = {row[0]: row for row in conn.execute(_FIRST_OK_OF[scope is not None], params).all()}
-        for p in pending:  # (set anew: a batch interrupted before its commit is written again)
-            row = first.get(p.row["request_hash"])
+        for p in pending:
+            found[id(p)] = first.get(p.row["request_hash"])
+    earlier: dict[str, list[dict[str, Any]]] = {}  # request hash -> this batch's successful rows so far
+    for p in batch:
+        if p.check:  # (set anew: a batch interrupted before its commit is written again)
+            row = found[id(p)]
+            if row is None:
+                twin = next((r for r in earlier.get(p.row["request_hash"], ())
+                             if p.scope is None or r["run_id"] in p.scope), None)
+                if twin is not None:
+                    row = (twin["request_hash"], twin["response"], twin["error"], twin["prompt_tokens"],
+                           twin["completion_tokens"])
             mine = row is None or (p.row["ok"] and row[1] == p.row["response"])  # the same reply: its twin
             p.first = None if mine else _call_row(row)
+        if p.row["ok"]:
+            earlier.setdefault(p.row["request_hash"], []).append(p.row)
 
 
 # The error of a failed call recorded after another process's success of the same request (its caller used
@@ -212,7 +230,7 @@ class CallJournal:
                         conn.execute(_LOCK_KEYS, {"keys": keys})
                 elif checked:
                     conn.execute(_SQLITE_WRITE_LOCK)
-                _first_calls(conn, checked)
+                _first_calls(conn, batch)
                 for p in checked:
                     if not p.row["ok"] and p.first is not None and not _superseded(p.row["error"]):
                         p.row["error"] = SUPERSEDED + str(p.row["error"])
