@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from typing import ClassVar
 
@@ -12,8 +14,8 @@ from skillstate.errors import ConcurrencyError, UserError
 from skillstate.log import event_codec as ev
 from skillstate.log.event_codec import decode
 from skillstate.log.events import Event, StepStarted
-from skillstate.storage.migrate import current_revision, head_revision
-from skillstate.storage.store import GENESIS, event_hash
+from skillstate.storage.migrate import HEAD_REVISION, current_revision, head_revision
+from skillstate.storage.store import GENESIS, event_hash, open_store
 
 
 def _step(n: int) -> StepStarted:
@@ -21,7 +23,17 @@ def _step(n: int) -> StepStarted:
 
 
 def test_schema_is_created_by_migrations(any_store):
-    assert current_revision(any_store.engine) == head_revision()
+    assert current_revision(any_store.engine) == head_revision() == HEAD_REVISION
+
+
+def test_opening_a_database_at_the_head_revision_loads_no_migration_machinery(tmp_path):
+    # the everyday open (`skillstate runs`, a resumed run) checks the schema without importing Alembic
+    db = f"sqlite:///{tmp_path / 'h.db'}"
+    open_store(db).close()
+    probe = ("import sys; from skillstate.storage.store import open_store; s = open_store(sys.argv[1], create=False); "
+             "s.close(); print(sorted(m for m in sys.modules if m.split('.')[0] in ('alembic', 'mako')))")
+    out = subprocess.run([sys.executable, "-c", probe, db], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_append_and_read_back_with_hash_chain(any_store):

@@ -16,18 +16,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from skillstate.errors import NotFoundError, UserError
 from skillstate.storage.schema import metadata, run_leases
+
+if TYPE_CHECKING:  # Alembic is imported where a schema is created, upgraded or older than HEAD_REVISION
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+# The newest migration's revision, which a database opened every day has: one that records it is checked
+# against `metadata` without loading Alembic and its scripts (tests/test_store.py holds this to the scripts).
+HEAD_REVISION = "0003"
 
 
 class SchemaError(UserError):
@@ -39,6 +43,8 @@ class DatabaseProblem(UserError):
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
+    from alembic.config import Config
+
     # by name: setuptools maps skillstate.migrations to migrations/, which mypy cannot see (pyproject [tool.mypy])
     migrations = importlib.import_module("skillstate.migrations")
     cfg = Config()
@@ -47,14 +53,26 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return cfg
 
 
+def _scripts() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config())
+
+
 def head_revision() -> str:
     # cast: the shipped migrations have exactly one head (get_current_head is None only without any)
-    return cast(str, ScriptDirectory.from_config(alembic_config()).get_current_head())
+    return cast(str, _scripts().get_current_head())
+
+
+def _revision_of(conn: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    return MigrationContext.configure(conn).get_current_revision()
 
 
 def current_revision(engine: Engine) -> str | None:
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        return _revision_of(conn)
 
 
 # What each migration after the first adds (tables, or table.column): a schema at an older
@@ -86,8 +104,7 @@ def _expected(revision: str, script: ScriptDirectory) -> tuple[set[str], set[str
     later = {r.revision for r in script.iterate_revisions(script.get_current_head(), revision)} - {revision}
     skip = {name for rev in later for name in ADDED_BY.get(rev, ())}
     tables = {t for t in metadata.tables if t not in skip}
-    columns = {f"{t}.{c.name}" for t in tables for c in metadata.tables[t].columns} - skip
-    return tables, columns
+    return tables, _columns(tables) - skip
 
 
 def inspect_schema(engine: Engine) -> SchemaReport:
@@ -101,7 +118,12 @@ def inspect_schema(engine: Engine) -> SchemaReport:
         listed = tuple(sorted(tables))
         if not tables:
             return SchemaReport(shown, "empty")
-        script = ScriptDirectory.from_config(alembic_config())
+        if VERSION_TABLE in tables and ours == set(metadata.tables):
+            versions = [r[0] for r in conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))]
+            if versions == [HEAD_REVISION]:  # the usual case: no scripts to read
+                return _report(shown, insp, HEAD_REVISION, set(metadata.tables), _columns(set(metadata.tables)),
+                               tables, "ok")
+        script = _scripts()
         # Ours is a file with skillstate's version (a revision it knows) or its whole first schema; a table
         # merely named like one of ours (another program's `runs`) makes it someone else's, not a damaged one.
         if VERSION_TABLE not in tables:
@@ -111,7 +133,7 @@ def inspect_schema(engine: Engine) -> SchemaReport:
                 f"the skillstate schema in {shown} is damaged: it has skillstate tables ({', '.join(sorted(ours))}) "
                 f"but no {VERSION_TABLE} table, so its revision is unknown; restore it from a backup or "
                 "use another --db"))
-        revision = MigrationContext.configure(conn).get_current_revision()
+        revision = _revision_of(conn)
         if revision is None or not _known(script, revision):
             if not _whole_first_schema(insp, tables, script):
                 return SchemaReport(shown, "foreign", revision, listed, _foreign(shown, listed, ours))
@@ -123,18 +145,30 @@ def inspect_schema(engine: Engine) -> SchemaReport:
                                 f"the skillstate schema in {shown} is damaged: its {VERSION_TABLE} table holds "
                                 "no revision; restore it from a backup or use another --db")
         want_tables, want_columns = _expected(revision, script)
-        missing = sorted(want_tables - tables)
-        if not missing:  # then the columns of every table
-            have = {f"{t}.{c['name']}" for t in want_tables for c in insp.get_columns(t)}
-            missing = sorted(want_columns - have)
-        if missing:
-            kind = "table" if "." not in missing[0] else "column"
-            what = f"{kind}s {', '.join(missing)} are" if len(missing) > 1 else f"{kind} {missing[0]} is"
-            return SchemaReport(shown, "damaged", revision, listed,
-                                f"the skillstate schema in {shown} (revision {revision}) is damaged: {what} "
-                                "missing; restore it from a backup or use another --db")
         state = "ok" if revision == script.get_current_head() else "outdated"
-        return SchemaReport(shown, state, revision, listed)
+        return _report(shown, insp, revision, want_tables, want_columns, tables, state)
+
+
+def _columns(tables: set[str]) -> set[str]:
+    """The table.column names of `tables` in skillstate's schema now."""
+    return {f"{t}.{c.name}" for t in tables for c in metadata.tables[t].columns}
+
+
+def _report(shown: str, insp: Any, revision: str, want_tables: set[str], want_columns: set[str],
+            tables: set[str], state: str) -> SchemaReport:
+    """The report of a schema at a known `revision`: `state` when it has the tables and columns it should."""
+    listed = tuple(sorted(tables))
+    missing = sorted(want_tables - tables)
+    if not missing:  # then the columns of every table
+        have = {f"{t}.{c['name']}" for t in want_tables for c in insp.get_columns(t)}
+        missing = sorted(want_columns - have)
+    if missing:
+        kind = "table" if "." not in missing[0] else "column"
+        what = f"{kind}s {', '.join(missing)} are" if len(missing) > 1 else f"{kind} {missing[0]} is"
+        return SchemaReport(shown, "damaged", revision, listed,
+                            f"the skillstate schema in {shown} (revision {revision}) is damaged: {what} "
+                            "missing; restore it from a backup or use another --db")
+    return SchemaReport(shown, state, revision, listed)
 
 
 def _known(script: ScriptDirectory, revision: str) -> bool:
@@ -225,10 +259,16 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> bool:
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
-        if MigrationContext.configure(conn).get_current_revision() == head:
+        if _revision_of(conn) == head:
             return False
-        command.upgrade(alembic_config(conn), "head")
+        _upgrade(conn)
     return True
+
+
+def _upgrade(conn: Connection) -> None:
+    from alembic import command
+
+    command.upgrade(alembic_config(conn), "head")
 
 
 def _upgrade_sqlite(engine: Engine, head: str) -> bool:
@@ -237,10 +277,10 @@ def _upgrade_sqlite(engine: Engine, head: str) -> bool:
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
         try:
-            if MigrationContext.configure(conn).get_current_revision() == head:
+            if _revision_of(conn) == head:
                 conn.exec_driver_sql("ROLLBACK")
                 return False
-            command.upgrade(alembic_config(conn), "head")
+            _upgrade(conn)
         except BaseException:
             conn.exec_driver_sql("ROLLBACK")
             raise
