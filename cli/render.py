@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.cells import cell_len
@@ -10,7 +10,6 @@ from rich.cells import cell_len
 from skillstate.cli.log_view import event_summary
 from skillstate.cli.notes import tool_use_lines, trigger_lines, unrecorded_lines
 from skillstate.cli.tables import MIN_SHRUNK, Col, clip, fmt, output_width, table_lines, wrapped
-from skillstate.engine.context import Progress
 from skillstate.log.events import (
     BaselineEvaluated,
     CandidateBuilt,
@@ -30,6 +29,9 @@ from skillstate.log.events_repair import EditsAblated
 from skillstate.log.reducer import RunState
 from skillstate.reading import selection_report
 from skillstate.reading.history import status_of
+
+if TYPE_CHECKING:  # (the engine is imported by the commands that run one)
+    from skillstate.engine.context import Progress
 
 
 def _n(value: int) -> str:
@@ -338,7 +340,7 @@ def _kind_label(state) -> str:
 def run_rows(store, rows) -> list[dict[str, Any]]:
     """A row per run; a run whose log is damaged is one with status `damaged` and its `problem`, so that
     one damaged log hides no other run."""
-    from skillstate.engine.runner import load_run
+    from skillstate.engine.loading import load_run
     from skillstate.errors import CorruptLogError
     from skillstate.reading.policy_view import policy_baseline
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from skillstate.bank.document import read_bank
 from skillstate.bank.skills import BankSkill
-from skillstate.engine.runner import load_run
+from skillstate.engine.loading import load_run
 from skillstate.errors import UserError
 from skillstate.log.events import GateDecided, RolloutCompleted, RunStarted
 from skillstate.log.events_bank import BankEvolved, BankSeeded, SkillsDistilled

@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from skillstate.config import SIM_MODELS
-from skillstate.engine.runner import LoadedRun, load_run, roles_of
+from skillstate.engine.loading import LoadedRun, load_run, roles_of
 from skillstate.errors import NotFoundError
 from skillstate.llm.embeddings import ROLE as EMBEDDER
 from skillstate.log.events import Usage

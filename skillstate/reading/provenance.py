@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from skillstate.engine.loading import LoadedRun
-from skillstate.engine.runner import load_run
+from skillstate.engine.loading import LoadedRun, load_run
 from skillstate.errors import UserError
 from skillstate.log.events import Edit, GateDecided, PatchProposed, RolloutCompleted
 from skillstate.log.events_epoch import SlowUpdateDecided
