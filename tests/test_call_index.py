@@ -11,7 +11,7 @@ import threading
 
 import pytest
 from conftest import Databases, small_config
-from sqlalchemy import insert, text
+from sqlalchemy import event, insert, text
 
 from skillstate.llm.base import ChatRequest, ChatResponse
 from skillstate.llm.recording import RecentReplies, RecordingClient
@@ -241,22 +241,25 @@ def _race(stores: list[Store]) -> None:
         s.close()
 
 
+def _pending(request: ChatRequest, run_id: str, text: str | None, error: str | None = None):
+    """A checked call row of `request` by run `run_id`, as `record_call` queues it (any run in scope)."""
+    from skillstate.storage.call_journal import _PendingCall
+
+    response = None if text is None else canonical_json(ChatResponse(text=text, finish_reason="stop").to_dict())
+    return _PendingCall(dict(run_id=run_id, role="target", request_hash=request.hash, model="m",
+                             request=canonical_json(request.to_dict()), response=response, prompt_tokens=3,
+                             completion_tokens=1, latency_ms=1.0, error=error, ok=error is None,
+                             created_at=dt.datetime.now(dt.timezone.utc)), check=True, scope=None)
+
+
 def test_two_clients_of_one_store_recording_a_request_in_one_commit_both_use_the_earlier_row(urls):
     # (two runs in one process, or two roles sending the same request): the rows are written in batch order,
     # so the later one's reply is the earlier one's, for its caller now and for every serve after it
-    from skillstate.storage.call_journal import _PendingCall
-
     store = Store(urls.new())
     request = _request("same")
-
-    def row(run_id: str, text: str | None, error: str | None = None) -> _PendingCall:
-        response = None if text is None else canonical_json(ChatResponse(text=text, finish_reason="stop").to_dict())
-        return _PendingCall(dict(run_id=run_id, role="target", request_hash=request.hash, model="m",
-                                 request=canonical_json(request.to_dict()), response=response, prompt_tokens=3,
-                                 completion_tokens=1, latency_ms=1.0, error=error, ok=error is None,
-                                 created_at=dt.datetime.now(dt.timezone.utc)), check=True, scope=None)
-
-    a, b, twin, failed, apart = row("a", "A"), row("b", "B"), row("c", "A"), row("d", None, "down"), row("e", "E")
+    a, b, twin, apart = (_pending(request, run_id, text) for run_id, text in (("a", "A"), ("b", "B"), ("c", "A"),
+                                                                                ("e", "E")))
+    failed = _pending(request, "d", None, "down")
     apart.scope = ["e"]  # its scope holds none of the others
     store._write_calls([a, b, twin, failed, apart], a)
     assert a.first is None and twin.first is None and apart.first is None  # the first, its twin, out of scope
@@ -264,6 +267,30 @@ def test_two_clients_of_one_store_recording_a_request_in_one_commit_both_use_the
     assert failed.first is not None and failed.first.response["text"] == "A"
     assert store.find_call(request.hash).response["text"] == "A"
     assert [c.error for c in store.read_calls("d")][0].startswith(SUPERSEDED)
+    store.close()
+
+
+def test_a_batch_interrupted_before_its_commit_marks_a_failure_superseded_only_by_what_is_written(urls):
+    # the success that superseded a failure in the same batch was the interrupted caller's own row, which is not
+    # written again: the failure, written by its own caller, keeps its plain error (verify reads it as failed)
+    store = Store(urls.new())
+    request = _request("q")
+    mine, failed = _pending(request, "a", "A"), _pending(request, "b", None, "down")
+    crashes = [KeyboardInterrupt()]
+
+    def insert_crashes(conn, cursor, statement, params, context, executemany):
+        if statement.lstrip().upper().startswith("INSERT") and crashes:
+            raise crashes.pop()
+
+    event.listen(store.engine, "before_cursor_execute", insert_crashes)
+    with pytest.raises(KeyboardInterrupt):
+        store._write_calls([mine, failed], mine)
+    assert failed.row["error"].startswith(SUPERSEDED)  # (as that attempt marked it)
+    assert store._calls_pending == [failed]  # queued again for its own caller, who writes it next
+    store._calls_pending, store._calls_writing = [], True
+    store._write_calls([failed], failed)
+    assert failed.first is None and [c.error for c in store.read_calls("b")] == ["down"]
+    assert store.find_call(request.hash, as_of=dt.datetime.now(dt.timezone.utc)).error == "down"
     store.close()
 
 

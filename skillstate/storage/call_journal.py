@@ -79,13 +79,14 @@ class _PendingCall:
     run) as of the commit, when this call failed or that call's reply is
     another (`first`)."""
 
-    __slots__ = ("row", "done", "error", "check", "scope", "first")
+    __slots__ = ("row", "done", "error", "check", "scope", "first", "failure")
 
     def __init__(self, row: dict[str, Any], check: bool = False, scope: list[str] | None = None):
         self.row = row
         self.done = False
         self.error: Exception | None = None
         self.check, self.scope = check, scope
+        self.failure = row["error"]  # the call's own error (the row's may be marked SUPERSEDED, per attempt)
         self.first: CallRow | None = None
 
 
@@ -231,9 +232,10 @@ class CallJournal:
                 elif checked:
                     conn.execute(_SQLITE_WRITE_LOCK)
                 _first_calls(conn, batch)
-                for p in checked:
-                    if not p.row["ok"] and p.first is not None and not _superseded(p.row["error"]):
-                        p.row["error"] = SUPERSEDED + str(p.row["error"])
+                for p in checked:  # (set anew: an interrupted batch's success may not be written before it now)
+                    if not p.row["ok"]:
+                        superseded = p.first is not None and not _superseded(p.failure)
+                        p.row["error"] = SUPERSEDED + str(p.failure) if superseded else p.failure
                 conn.execute(_INSERT_CALL, [p.row for p in batch])
         except Exception as err:
             error = err

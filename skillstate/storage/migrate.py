@@ -76,7 +76,7 @@ def current_revision(engine: Engine) -> str | None:
 
 
 # What each migration after the first adds (tables, or table.column): a schema at an older
-# revision is checked without them. Add a line here with every new migration.
+# revision is checked without them. Add a line here with every new migration, and move HEAD_REVISION to it.
 ADDED_BY = {"0002": ("run_leases", "events.mac")}
 VERSION_TABLE = "alembic_version"
 
