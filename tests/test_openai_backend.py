@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 
+import pytest
 from click.testing import CliRunner
 from conftest import EXAMPLES
 from sqlalchemy import MetaData, select
@@ -148,3 +150,71 @@ def test_the_sim_server_reads_content_parts_and_refuses_bad_messages_in_one_repl
     assert reply.choices[0].message.content == plain.choices[0].message.content
     with pytest.raises(openai.BadRequestError, match="messages must be a list of objects"):
         client.chat.completions.create(model="m", messages=["not a message"])  # type: ignore[list-item]
+
+
+class _Capture:
+    """A local endpoint that keeps each request it is sent (path, headers, body) and answers a fixed reply."""
+
+    REPLY = {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
+             "choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}],
+             "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}
+
+    def __init__(self):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen = self.seen = []
+        reply = json.dumps(self.REPLY).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["content-length"]))
+                seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize("azure", [False, True])
+def test_the_backend_posts_what_the_openai_clients_create_posts(azure, monkeypatch):
+    # the backend posts the body itself (no per-call pass over the client's type hints): the request on the
+    # wire, Azure's deployment path included, is the one `chat.completions.with_raw_response.create` sends
+    server = _Capture()
+    monkeypatch.setenv("OPENAI_API_KEY", "k")
+    try:
+        cfg = ModelConfig(model="m", base_url=server.url + ("" if azure else "/v1"), azure=azure,
+                          max_tokens_param="max_completion_tokens")
+        backend = OpenAIBackend(cfg, "target")
+        tools = [{"type": "function", "function": {"name": "look", "description": "Look.",
+                                                   "parameters": {"type": "object", "properties": {}}}}]
+        schema = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}
+        messages = [{"role": "system", "content": "skill é"}, {"role": "user", "content": "2+2?"},
+                    {"role": "assistant", "content": "", "tool_calls": [
+                        {"id": "t1", "type": "function", "function": {"name": "look", "arguments": "{}"}}]},
+                    {"role": "tool", "tool_call_id": "t1", "content": "a room"}]
+        request = ChatRequest.build("openai", "m", messages, 0.3, 64, response_format=schema, tools=tools, seed=7,
+                                    extra_body={"repeat_penalty": 1.1, "top_k": 20})
+        reply = backend.complete(request)
+        assert (reply.text, reply.prompt_tokens, reply.completion_tokens) == ("4", 5, 1)
+        backend.client.chat.completions.with_raw_response.create(
+            model="m", messages=request.message_dicts(), max_completion_tokens=64, temperature=0.3,
+            response_format=schema, tools=tools, seed=7, extra_body={"repeat_penalty": 1.1, "top_k": 20})
+        (path, headers, body), (want_path, want_headers, want_body) = server.seen
+        assert path == want_path and path.split("?")[0].endswith("/chat/completions")
+        assert ("/deployments/m/" in path) == azure
+        assert json.loads(body) == json.loads(want_body) and json.loads(body)["top_k"] == 20  # (keys in other order)
+        assert headers == want_headers
+    finally:
+        server.close()
