@@ -120,11 +120,11 @@ def _first_calls(conn: Any, batch: list[_PendingCall]) -> None:
         if p.check:  # (set anew: a batch interrupted before its commit is written again)
             row = found[id(p)]
             if row is None:
-                twin = next((r for r in earlier.get(p.row["request_hash"], ())
-                             if p.scope is None or r["run_id"] in p.scope), None)
-                if twin is not None:
-                    row = (twin["request_hash"], twin["response"], twin["error"], twin["prompt_tokens"],
-                           twin["completion_tokens"])
+                before = next((r for r in earlier.get(p.row["request_hash"], ())
+                               if p.scope is None or r["run_id"] in p.scope), None)
+                if before is not None:
+                    row = (before["request_hash"], before["response"], before["error"], before["prompt_tokens"],
+                           before["completion_tokens"])
             mine = row is None or (p.row["ok"] and row[1] == p.row["response"])  # the same reply: its twin
             p.first = None if mine else _call_row(row)
         if p.row["ok"]:
