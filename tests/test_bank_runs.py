@@ -221,6 +221,29 @@ def test_embedding_retrieval_through_the_journaled_embeddings_api(tmp_path, sim_
     assert report.ok and report.checked == report.total
 
 
+def test_a_stages_retrievals_are_embedded_in_batched_requests(tmp_path, sim_server, monkeypatch):
+    """The texts a stage's rollouts retrieve with (their queries, their candidate skills) go out in a few
+    embeddings requests of many texts, not one request per text, and the log is the one a run embedding one
+    text per request writes."""
+    from skillstate.llm.embeddings import JournaledEmbedder
+
+    monkeypatch.setenv("OPENAI_API_KEY", "local")
+    endpoint = {"base_url": sim_server.base_url}
+    cfg = small_config(**{**BANK, "num_epochs": 1}, backend="openai", data=str(EXAMPLES / "qa"), batch_size=12,
+                       target={"model": "sim-target", **endpoint}, optimizer={"model": "sim-optimizer", **endpoint},
+                       bank={"retrieval": "embedding", "embedder": "openai"})
+    batched = Store(f"sqlite:///{tmp_path / 'batched.db'}")
+    assert Trainer(cfg, store=batched, run_id="r").train().state.completed
+    texts, requests = len([c for c in batched.read_calls("r") if c.role == "embedder"]), sim_server.embedding_requests
+    monkeypatch.setattr(JournaledEmbedder, "prime", lambda self, texts: None)  # each rollout asks for its own
+    single = Store(f"sqlite:///{tmp_path / 'single.db'}")
+    assert Trainer(cfg, store=single, run_id="r").train().state.completed
+    assert len([c for c in single.read_calls("r") if c.role == "embedder"]) == texts
+    alone = sim_server.embedding_requests - requests
+    assert requests * 4 < texts and alone > 5 * requests  # (here 96 texts: 8 requests against 88)
+    assert _payloads(batched, "r") == _payloads(single, "r")
+
+
 @pytest.mark.slow
 def test_embedding_retrieval_with_the_local_model(tmp_path):
     """bank.embedder local: all-MiniLM-L6-v2 on the CPU (the embeddings extra), its vectors journaled, so

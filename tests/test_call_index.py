@@ -261,7 +261,7 @@ def test_two_clients_of_one_store_recording_a_request_in_one_commit_both_use_the
                                                                                 ("e", "E")))
     failed = _pending(request, "d", None, "down")
     apart.scope = ["e"]  # its scope holds none of the others
-    store._write_calls([a, b, twin, failed, apart], a)
+    store._write_calls([a, b, twin, failed, apart], [a])
     assert a.first is None and twin.first is None and apart.first is None  # the first, its twin, out of scope
     assert b.first is not None and b.first.response["text"] == "A"
     assert failed.first is not None and failed.first.response["text"] == "A"
@@ -284,11 +284,11 @@ def test_a_batch_interrupted_before_its_commit_marks_a_failure_superseded_only_b
 
     event.listen(store.engine, "before_cursor_execute", insert_crashes)
     with pytest.raises(KeyboardInterrupt):
-        store._write_calls([mine, failed], mine)
+        store._write_calls([mine, failed], [mine])
     assert failed.row["error"].startswith(SUPERSEDED)  # (as that attempt marked it)
     assert store._calls_pending == [failed]  # queued again for its own caller, who writes it next
     store._calls_pending, store._calls_writing = [], True
-    store._write_calls([failed], failed)
+    store._write_calls([failed], [failed])
     assert failed.first is None and [c.error for c in store.read_calls("b")] == ["down"]
     assert store.find_call(request.hash, as_of=dt.datetime.now(dt.timezone.utc)).error == "down"
     store.close()
@@ -365,4 +365,29 @@ def test_a_refresh_reading_its_late_window_again_keeps_an_index_near_its_cap(url
     _journal(store, "a", _request("q5"), "x")
     index.refresh()
     assert not index.usable
+    store.close()
+
+
+def test_calls_recorded_together_are_written_in_one_commit_and_return_once_all_are(urls):
+    store = Store(urls.new())
+    commits = []
+    event.listen(store.engine, "commit", lambda conn: commits.append(1))
+    requests = [_request(f"q{n}") for n in range(3)]
+    store.record_calls([dict(run_id="r", role="embedder", request_hash=r.hash, model="m", request=r.to_dict(),
+                             response={"embedding": [float(n)]}, prompt_tokens=n, completion_tokens=0,
+                             latency_ms=1.0, error=None) for n, r in enumerate(requests)])
+    assert len(commits) == 1 and [c.request_hash for c in store.read_calls("r")] == [r.hash for r in requests]
+    assert [store.find_call(r.hash).response for r in requests] == [{"embedding": [float(n)]} for n in range(3)]
+    crashes = [RuntimeError("disk full")]
+
+    def insert_fails(conn, cursor, statement, params, context, executemany):
+        if statement.lstrip().upper().startswith("INSERT") and crashes:
+            raise crashes.pop()
+
+    event.listen(store.engine, "before_cursor_execute", insert_fails)
+    with pytest.raises(Exception, match="disk full"):  # nothing of the batch is written, and the caller knows it
+        store.record_calls([dict(run_id="s", role="embedder", request_hash=_request("x").hash, model="m",
+                                 request=_request("x").to_dict(), response={"embedding": [1.0]}, prompt_tokens=0,
+                                 completion_tokens=0, latency_ms=1.0, error=None)])
+    assert store.read_calls("s") == [] and not store._calls_writing
     store.close()

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from skillstate.bank.embedding import Embedder, skill_text, task_text
 from skillstate.bank.export import render_skills
 from skillstate.bank.retrieval import retrieve_embedding, retrieve_template
-from skillstate.bank.skills import Bank
+from skillstate.bank.skills import Bank, BankSkill
 from skillstate.config import BankConfig
 from skillstate.errors import ConfigError
 from skillstate.log.values import RetrievedSkill
@@ -48,16 +48,39 @@ def task_description(item: dict[str, Any]) -> str:
     return str(item.get("question") or item.get("task") or item.get("goal") or item.get("id"))
 
 
+def _candidates(bank: Bank, item: dict[str, Any]) -> list[BankSkill]:
+    """The skills embedding retrieval compares with `item`: its category's and the general ones."""
+    category = category_of(item)
+    return [*bank.for_category(category), *bank.general()]
+
+
+def _query(item: dict[str, Any], config: BankConfig) -> str:
+    return task_text(task_description(item), category_of(item) if config.query_category else None)
+
+
+def retrieval_texts(bank_json: str, items: list[dict[str, Any]], config: BankConfig) -> list[str]:
+    """Every text the retrieval of `items` from the bank embeds (each
+    candidate skill's and each task's query), each once; none under
+    template retrieval."""
+    if config.retrieval == "template":
+        return []
+    bank = read_bank(bank_json)
+    texts: dict[str, None] = {}
+    for item in items:
+        texts.update(dict.fromkeys(skill_text(s) for s in _candidates(bank, item)))
+        texts[_query(item, config)] = None
+    return list(texts)
+
+
 def retrieve(bank: Bank, item: dict[str, Any], config: BankConfig, embedder: Embedder) -> list[RetrievedSkill]:
     category = category_of(item)
     if config.retrieval == "template":
         chosen = retrieve_template(bank, category, config.general_k)
     else:
-        candidates = [*bank.for_category(category), *bank.general()]
+        candidates = _candidates(bank, item)
         vectors = dict(zip([s.id for s in candidates], embedder.embed([skill_text(s) for s in candidates]),
                            strict=True))
-        query = task_text(task_description(item), category if config.query_category else None)
-        (task_vector,) = embedder.embed([query])
+        (task_vector,) = embedder.embed([_query(item, config)])
         chosen = retrieve_embedding(bank, category, task_vector, vectors, config.top_k, config.similarity_threshold,
                                     config.min_retrieved)
     return [RetrievedSkill(skill_id=r.skill_id, similarity=r.similarity) for r in chosen]

@@ -22,7 +22,7 @@ from typing import Any
 
 from skillstate.engine.context import RunContext
 from skillstate.engine.lanes import CERTAIN, SPECULATIVE
-from skillstate.engine.scoring import rollout_one
+from skillstate.engine.scoring import prime_retrieval, rollout_one
 from skillstate.engine.stages import step_batches
 from skillstate.log.reducer import RunState
 
@@ -51,6 +51,8 @@ def fetch(ctx: RunContext, state: RunState, stage: str) -> None:
         planned += [(NEXT_STEP, cfg.train_split, ctx.env.item(i)) for b in step_batches(ctx, state, p.step + 1)
                     for i in b]
         skill, lane = state.current_skill, SPECULATIVE
+    if planned:  # mode bank: their retrievals' texts embedded in batches here, not one request per rollout
+        prime_retrieval(ctx, ctx.skill(skill), [item for _, _, item in planned])
     for purpose, split, item in planned:
         ctx.fetch_ahead(lane, (purpose, skill, f"{split}:{item['id']}"), rollout_ahead, ctx, skill, item)
 

@@ -24,7 +24,7 @@ from skillstate.engine.context import RunContext
 from skillstate.engine.policy_model import LocalPolicy, checkpoint_sha256, model_identity, require_training_libraries
 from skillstate.engine.policy_train import train_stretch
 from skillstate.engine.prompting import compose, to_json
-from skillstate.engine.scoring import summarize
+from skillstate.engine.scoring import prime_retrieval, summarize
 from skillstate.envs import QAEnv
 from skillstate.errors import ConfigError, SkillstateError, TrainingFailure, UserError
 from skillstate.log.events import Event, ItemResult
@@ -132,6 +132,7 @@ def grpo_rows(ctx: RunContext, skill_hash: str) -> list[dict[str, Any]]:
     document as the system message, and the environment's question."""
     skill = ctx.skill(skill_hash)
     rows = []
+    prime_retrieval(ctx, skill, ctx.env.items(ctx.config.train_split))
     for item in ctx.env.items(ctx.config.train_split):
         system, _ = _system(ctx, skill, item)
         user = _qa(ctx).user_message(item, ctx.prompts)
@@ -191,6 +192,7 @@ def _score_items(ctx: RunContext, policy: LocalPolicy, bank: str, items: list[di
     keeps)."""
     text = ctx.skill(bank)
     out = []
+    prime_retrieval(ctx, text, items)
     for item in items:
         system, retrieved = _system(ctx, text, item)
         with _failing_as(f"the policy's rollout of {item['id']}"):

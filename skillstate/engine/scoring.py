@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
-from skillstate.bank.document import prompt_for
+from skillstate.bank.document import prompt_for, retrieval_texts
 from skillstate.engine import gating
 from skillstate.engine.context import RunContext
 from skillstate.llm.base import CircuitOpen
@@ -44,6 +44,15 @@ def rollout_one(ctx: RunContext, skill: str, item: dict[str, Any], sample: int |
     )
 
 
+def prime_retrieval(ctx: RunContext, skill: str, items: list[dict[str, Any]]) -> None:
+    """Mode bank with embedding retrieval: embed in batched requests what
+    the retrieval of `items` will ask for one text at a time (a journaled
+    embedder's `prime`; what each rollout retrieves does not change)."""
+    prime = getattr(ctx.embedder, "prime", None)
+    if ctx.config.mode == "bank" and prime is not None and items:
+        prime(retrieval_texts(skill, items, ctx.config.bank))
+
+
 def rollout_items(ctx: RunContext, skill: str, items: list[dict[str, Any]]) -> list[ItemResult]:
     """Every item rolled out with `skill`, in input order. Episodes end at
     their first failed target call, so besides the calls' circuit breaker,
@@ -64,6 +73,7 @@ def rollout_jobs(ctx: RunContext, skill: str, jobs: list[tuple[dict[str, Any], i
     with ctx.burst(len(jobs)):  # one burst for both maps: no work ahead takes the slots between them
         if ctx.config.mode == "bank" and len(jobs) > 1:
             items = list({item["id"]: item for item, _ in jobs}.values())
+            prime_retrieval(ctx, skill, items)
             found = ctx.map(lambda item: prompt_for(skill, item, ctx.config.bank, ctx.embedder), items)
             prompts = {item["id"]: p for item, p in zip(items, found, strict=True)}
             order.sort(key=lambda n: prompts[jobs[n][0]["id"]][0])  # stable: input order among equal prompts
@@ -172,6 +182,7 @@ def evaluate_early(ctx: RunContext, state: RunState, skill_hash: str, split: str
     failed = failed_outcomes(order)  # (for `send_limit`)
     reach, reach_at = width, -1  # how far past the scored prefix items go out (`send_limit`), for `done` at reach_at
     ctx.expect_calls(ctx.rollout_calls(n))
+    prime_retrieval(ctx, skill, order)  # (the items past an early reject too: a query's vector serves every skill)
     with ctx.burst(n):
         while (sent < n and stop is None) or pending:
             if reach_at != done:

@@ -1,7 +1,9 @@
 """Embeddings through the call journal (mode bank, `bank.embedder: openai`).
 
 Each (model, text) is one journaled request (role `embedder` in the call
-table, the request's canonical JSON hashed like a chat request's), so a
+table, the request's canonical JSON hashed like a chat request's; the texts
+missing from the journal go to the endpoint together, `EMBED_BATCH` to an
+HTTP request, and their rows are written in one commit), so a
 text is embedded at most once per database (or per lineage with
 `llm_cache: lineage`), a resumed or forked run pays nothing twice, and
 replay and verify need no endpoint: a vector missing from the journal is a
@@ -23,6 +25,7 @@ from skillstate.storage.store import Store
 from skillstate.util import canonical_json, sha256_text
 
 ROLE = "embedder"
+EMBED_BATCH = 128  # texts per embeddings request (OpenAI takes up to 2,048; servers with smaller limits exist)
 
 
 def embedding_request(model: str, text: str) -> tuple[str, str]:
@@ -143,19 +146,35 @@ class JournaledEmbedder:
                         still.append(text)
                     else:
                         found[text] = vector
-                if still:
-                    if self.budget is not None:
-                        self.budget.check()
-                    start = time.perf_counter()
-                    vectors, tokens = self.backend.embed(self._model, still)
-                    if self.budget is not None:
-                        self.budget.add(self._model, tokens, 0)
-                    latency = (time.perf_counter() - start) * 1000 / len(still)
-                    for i, (text, vector) in enumerate(zip(still, vectors, strict=True)):
-                        h, body = embedding_request(self._model, text)
-                        share = tokens // len(still) + (1 if i < tokens % len(still) else 0)
-                        self.store.record_call(run_id=self.run_id, role=ROLE, request_hash=h, model=self._model,
-                                               request=body, response={"embedding": vector}, prompt_tokens=share,
-                                               completion_tokens=0, latency_ms=latency, error=None)
-                        found[text] = self._known[text] = vector
+                for start in range(0, len(still), EMBED_BATCH):
+                    found.update(self._send(still[start:start + EMBED_BATCH]))
         return [found[t] for t in texts]
+
+    def prime(self, texts: list[str]) -> None:
+        """Embed ahead what a stage's rollouts will ask for one text at a time
+        (their queries and their candidate skills): the texts not yet in the
+        journal go out in batches of `EMBED_BATCH`, not one request each."""
+        if self.backend is not None:  # (verify reads each vector as of its event, never ahead)
+            self.embed(texts)
+
+    def _send(self, texts: list[str]) -> dict[str, list[float]]:
+        """One request for `texts`, its vectors journaled in one commit, a row per text."""
+        assert self.backend is not None  # (embed raised ReplayMissError without one)
+        if self.budget is not None:
+            self.budget.check()
+        start = time.perf_counter()
+        vectors, tokens = self.backend.embed(self._model, texts)
+        if self.budget is not None:
+            self.budget.add(self._model, tokens, 0)
+        latency = (time.perf_counter() - start) * 1000 / len(texts)
+        rows = []
+        for i, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
+            h, body = embedding_request(self._model, text)
+            share = tokens // len(texts) + (1 if i < tokens % len(texts) else 0)
+            rows.append(dict(run_id=self.run_id, role=ROLE, request_hash=h, model=self._model, request=body,
+                             response={"embedding": vector}, prompt_tokens=share, completion_tokens=0,
+                             latency_ms=latency, error=None))
+        self.store.record_calls(rows)
+        out = dict(zip(texts, vectors, strict=True))
+        self._known.update(out)
+        return out

@@ -9,8 +9,9 @@ be told to answer the first N requests with 429 + Retry-After to exercise
 client retries, or to misbehave in any way a `Fault` describes (the tests of
 the failure policy use that).
 
-`latency` holds every chat completion back that many seconds, as a hosted
-model's round trip would. Each request is served on its own thread, so the
+`latency` holds every chat completion (and every embeddings request, however
+many texts it carries) back that many seconds, as a hosted model's round
+trip would. Each request is served on its own thread, so the
 delay overlaps across concurrent requests: it never queues them. `calls`
 counts the answered chat completions per role (target, optimizer) and
 `spans` keeps each one's (role, start, end) on the monotonic clock, so a
@@ -234,6 +235,8 @@ class SimServer:
                 if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
                     self._send(400, {"error": {"message": "input must be a string or a list of strings"}})
                     return
+                if server.latency:  # one round trip, however many texts it carries
+                    time.sleep(server.latency)
                 vectors = SimEmbedder().embed(texts)
                 tokens = sum(len(t.split()) for t in texts)
                 with server._lock:

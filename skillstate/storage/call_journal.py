@@ -144,6 +144,17 @@ def _call_row(row: Any) -> CallRow | None:
     return None if row is None else CallRow(row[0], json.loads(row[1]) if row[1] else None, row[2], row[3], row[4])
 
 
+def _new_row(*, run_id: str, role: str, request_hash: str, model: str, request: dict[str, Any] | str,
+             response: dict[str, Any] | str | None, prompt_tokens: int, completion_tokens: int, latency_ms: float,
+             error: str | None) -> dict[str, Any]:
+    """A call row as inserted (`created_at` is set when it is queued)."""
+    return dict(run_id=run_id, role=role, request_hash=request_hash, model=model,
+                request=request if isinstance(request, str) else canonical_json(request),
+                response=canonical_json(response) if isinstance(response, dict) else response,
+                prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_ms=latency_ms,
+                error=error, ok=error is None)
+
+
 class CallJournal:
     """The call journal's reads and writes (a mixin of `Store`)."""
 
@@ -193,30 +204,43 @@ class CallJournal:
         serve it. A failed call superseded so is recorded as SUPERSEDED, which
         verify skips (an error after a success would tell it that the request
         had failed), so its cost still counts."""
-        row: dict[str, Any] = dict(
-            run_id=run_id, role=role, request_hash=request_hash, model=model,
-            request=request if isinstance(request, str) else canonical_json(request),
-            response=canonical_json(response) if isinstance(response, dict) else response,
-            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_ms=latency_ms,
-            error=error, ok=error is None)
-        pending = _PendingCall(row, check, scope)
+        pending = _PendingCall(_new_row(run_id=run_id, role=role, request_hash=request_hash, model=model,
+                                        request=request, response=response, prompt_tokens=prompt_tokens,
+                                        completion_tokens=completion_tokens, latency_ms=latency_ms, error=error),
+                               check, scope)
+        self._commit([pending])
+        return pending.first
+
+    def record_calls(self, calls: list[dict[str, Any]]) -> None:
+        """Journal several calls in one commit (the same group commit as
+        `record_call`'s), each given as `record_call`'s keyword arguments
+        without `check`: the rows of one batched request (embeddings)."""
+        self._commit([_PendingCall(_new_row(**call)) for call in calls])
+
+    def _commit(self, mine: list[_PendingCall]) -> None:
+        """Queue `mine` and return once all of them are committed: written by
+        the batch this caller writes, or by another caller's batch."""
         with self._calls_cond:
-            row["created_at"] = utc_now()  # in the order of the ids the rows get, as when each was its own insert
-            self._calls_pending.append(pending)
-            while not pending.done:
-                if not self._calls_writing:  # no batch in flight: write all that is queued, this call's row too
+            for pending in mine:
+                pending.row["created_at"] = utc_now()  # in the order of the ids the rows get
+                self._calls_pending.append(pending)
+            while not all(p.done for p in mine):
+                if not self._calls_writing:  # no batch in flight: write all that is queued, these rows too
                     self._calls_writing = True
                     batch, self._calls_pending = self._calls_pending, []
                     break
                 self._calls_cond.wait()
             else:
-                if pending.error is not None:
-                    raise pending.error
-                return pending.first
-        self._write_calls(batch, pending)
-        return pending.first
+                failed = next((p.error for p in mine if p.error is not None), None)
+                if failed is not None:
+                    raise failed
+                return
+        self._write_calls(batch, mine)
+        failed = next((p.error for p in mine if p.error is not None), None)  # one written by an earlier batch
+        if failed is not None:
+            raise failed
 
-    def _write_calls(self, batch: list[_PendingCall], mine: _PendingCall) -> None:
+    def _write_calls(self, batch: list[_PendingCall], mine: list[_PendingCall]) -> None:
         """Group commit: the calls recorded while the previous batch was being
         written go in one transaction. Every caller returns only once its row
         is committed (a resumed run is served every call that returned); the
@@ -241,7 +265,8 @@ class CallJournal:
             error = err
         except BaseException:  # interrupted, nothing written: the other callers write their rows themselves
             with self._calls_cond:
-                self._calls_pending[:0] = [p for p in batch if p is not mine]
+                own = {id(p) for p in mine}
+                self._calls_pending[:0] = [p for p in batch if id(p) not in own]
                 self._calls_writing = False
                 self._calls_cond.notify_all()
             raise
