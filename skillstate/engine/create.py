@@ -170,13 +170,14 @@ def preflight(config: SkillConfig, roles: tuple[str, ...] = ("target", "optimize
         model = config.model_for(role)
         if config.backend != "openai":
             continue
-        from skillstate.llm.openai_backend import OpenAIBackend
+        from skillstate.llm.openai_backend import OpenAIBackend, api_key
 
         cfg = getattr(config, role)
-        backend = OpenAIBackend(cfg, role)
+        api_key(cfg, role)  # (a client is built only for a probe: each takes tens of milliseconds)
         key = (cfg.base_url, cfg.api_key_env, cfg.azure, model)
         if probe and key not in checked:
             checked.add(key)
+            backend = OpenAIBackend(cfg, role)
             try:
                 backend.check(model)
                 # A run whose every call would fail, or whose tools would never run:

@@ -37,22 +37,30 @@ def retried(status: int) -> bool:
     return status in (408, 409, 429) or status >= 500
 
 
+def api_key(cfg: ModelConfig, role: str) -> str:
+    """The role's API key, from its environment variable; a UserError when
+    it is unset, or when an Azure endpoint has no base_url."""
+    key = os.environ.get(cfg.api_key_env)
+    if not key:
+        raise UserError(
+            f"backend openai needs an API key for the {role}: set {cfg.api_key_env} "
+            "(any value for a local server without auth)"
+        )
+    if cfg.azure and not cfg.base_url:
+        raise UserError(f"{role}.azure needs {role}.base_url (the Azure endpoint)")
+    return key
+
+
 class OpenAIBackend:
     name = "openai"
 
     def __init__(self, cfg: ModelConfig, role: str):
-        key = os.environ.get(cfg.api_key_env)
-        if not key:
-            raise UserError(
-                f"backend openai needs an API key for the {role}: set {cfg.api_key_env} "
-                "(any value for a local server without auth)"
-            )
+        key = api_key(cfg, role)
         self.cfg = cfg
         self.role = role
         self.client: openai.OpenAI
         if cfg.azure:
-            if not cfg.base_url:
-                raise UserError(f"{role}.azure needs {role}.base_url (the Azure endpoint)")
+            assert cfg.base_url is not None  # (api_key checked it)
             self.client = openai.AzureOpenAI(
                 azure_endpoint=cfg.base_url, api_key=key, api_version=cfg.api_version or DEFAULT_AZURE_API_VERSION,
                 timeout=cfg.timeout, max_retries=cfg.max_retries,
