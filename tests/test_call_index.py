@@ -378,6 +378,11 @@ def test_calls_recorded_together_are_written_in_one_commit_and_return_once_all_a
                              latency_ms=1.0, error=None) for n, r in enumerate(requests)])
     assert len(commits) == 1 and [c.request_hash for c in store.read_calls("r")] == [r.hash for r in requests]
     assert [store.find_call(r.hash).response for r in requests] == [{"embedding": [float(n)]} for n in range(3)]
+    _journal(store, "t", requests[0], None, error="down")  # a later failure: find_calls, like find_call, skips it
+    everywhere = store.find_calls([r.hash for r in requests] + [_request("none").hash])
+    assert {h: c.response for h, c in everywhere.items()} == {r.hash: {"embedding": [float(n)]}
+                                                              for n, r in enumerate(requests)}
+    assert store.find_calls([r.hash for r in requests], run_ids=["t", "u"]) == {}  # none succeeded in those runs
     crashes = [RuntimeError("disk full")]
 
     def insert_fails(conn, cursor, statement, params, context, executemany):
@@ -391,3 +396,4 @@ def test_calls_recorded_together_are_written_in_one_commit_and_return_once_all_a
                                  completion_tokens=0, latency_ms=1.0, error=None)])
     assert store.read_calls("s") == [] and not store._calls_writing
     store.close()
+

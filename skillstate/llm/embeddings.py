@@ -128,27 +128,31 @@ class JournaledEmbedder:
         vector = self._known[text] = [float(x) for x in row.response["embedding"]]
         return vector
 
+    def _look_up(self, texts: list[str]) -> None:
+        """Read into `_known` the vectors of `texts` the journal holds: in one
+        query, or under verify one text at a time, as of its event's time."""
+        unknown = [t for t in dict.fromkeys(texts) if t not in self._known]
+        if self.backend is None or len(unknown) < 2:
+            for text in unknown:
+                self._recorded(text)
+            return
+        hashes = {embedding_request(self._model, t)[0]: t for t in unknown}
+        for h, row in self.store.find_calls(list(hashes), run_ids=self.run_ids).items():
+            if row.error is None and row.response:
+                self._known[hashes[h]] = [float(x) for x in row.response["embedding"]]
+
     def embed(self, texts: list[str]) -> list[list[float]]:
-        found: dict[str, list[float]] = {}
-        for text in dict.fromkeys(texts):
-            vector = self._recorded(text)
-            if vector is not None:
-                found[text] = vector
-        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        self._look_up(texts)
+        missing = [t for t in dict.fromkeys(texts) if t not in self._known]
         if missing:
             if self.backend is None:
                 raise ReplayMissError(f"the log holds no embedding of {missing[0][:60]!r} by {self._model}")
             with self._lock:
-                still = []
-                for text in missing:  # another thread may have recorded it meanwhile
-                    vector = self._recorded(text)
-                    if vector is None:
-                        still.append(text)
-                    else:
-                        found[text] = vector
+                self._look_up(missing)  # another thread may have recorded some meanwhile
+                still = [t for t in missing if t not in self._known]
                 for start in range(0, len(still), EMBED_BATCH):
-                    found.update(self._send(still[start:start + EMBED_BATCH]))
-        return [found[t] for t in texts]
+                    self._send(still[start:start + EMBED_BATCH])
+        return [self._known[t] for t in texts]
 
     def prime(self, texts: list[str]) -> None:
         """Embed ahead what a stage's rollouts will ask for one text at a time
@@ -157,7 +161,7 @@ class JournaledEmbedder:
         if self.backend is not None:  # (verify reads each vector as of its event, never ahead)
             self.embed(texts)
 
-    def _send(self, texts: list[str]) -> dict[str, list[float]]:
+    def _send(self, texts: list[str]) -> None:
         """One request for `texts`, its vectors journaled in one commit, a row per text."""
         assert self.backend is not None  # (embed raised ReplayMissError without one)
         if self.budget is not None:
@@ -175,6 +179,4 @@ class JournaledEmbedder:
                              response={"embedding": vector}, prompt_tokens=share, completion_tokens=0,
                              latency_ms=latency, error=None))
         self.store.record_calls(rows)
-        out = dict(zip(texts, vectors, strict=True))
-        self._known.update(out)
-        return out
+        self._known.update(zip(texts, vectors, strict=True))

@@ -188,6 +188,21 @@ class CallJournal:
             return _call_row(rows[-1] if rows else None)
         return _call_row(next(r for r in rows if r[2] is None))
 
+    def find_calls(self, request_hashes: list[str], *, run_ids: list[str] | None = None) -> dict[str, CallRow]:
+        """`find_call` of many requests (without `as_of`) in one query per
+        500: the first successful call of each request that has one."""
+        scoped = run_ids is not None
+        found: dict[str, CallRow] = {}
+        hashes = sorted(set(request_hashes))
+        with self.engine.connect() as conn:
+            for start in range(0, len(hashes), 500):
+                params: dict[str, Any] = {"hashes": hashes[start:start + 500]}
+                if scoped:
+                    params["run_ids"] = list(run_ids or ())
+                for row in conn.execute(_FIRST_OK_OF[scoped], params):
+                    found[row[0]] = _call_row(row)  # type: ignore[assignment]  # (a row: never None)
+        return found
+
     def record_call(self, *, run_id: str, role: str, request_hash: str, model: str, request: dict[str, Any] | str,
                     response: dict[str, Any] | str | None, prompt_tokens: int, completion_tokens: int,
                     latency_ms: float, error: str | None, check: bool = False,
