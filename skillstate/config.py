@@ -340,7 +340,7 @@ RUNTIME_KEYS = {
     "concurrency", "executor", "ray_address", "ray_num_cpus",
     "max_cost_usd", "prices", "max_consecutive_failures", "max_stage_failure_share",
     "stop_after_no_improvement", "target_score", "max_wall_seconds", "stop_file",
-    "overlap_start", "speculative_rollout", "policy.torch_threads",
+    "overlap_start", "speculative_rollout", "policy.torch_threads", "bank.embedding_batch",
     "optimizer.base_url", "optimizer.api_key_env", "optimizer.timeout", "optimizer.max_retries",
     "optimizer.azure", "optimizer.api_version",
     "target.base_url", "target.api_key_env", "target.timeout", "target.max_retries",

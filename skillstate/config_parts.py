@@ -129,6 +129,10 @@ class BankConfig(Section):
                            "endpoint; local: all-MiniLM-L6-v2 on the CPU (extra embeddings). openai and local "
                            "vectors are journaled in the call table.")
     embedding_model: str = Field("text-embedding-3-small", description="The model of embedder openai.")
+    embedding_batch: int = Field(
+        128, ge=1, le=2048, description="Embedder openai: at most this many texts in one embeddings request (the "
+                                        "texts a stage's retrievals need are sent together before its rollouts); "
+                                        "lower it for a server with a smaller limit.")
     trajectories: str | None = Field(
         None, description="A JSON or JSONL file of trajectories in SkillRL's format to distill the bank from before "
                           "the baseline (snapshotted into the log).")

@@ -298,3 +298,33 @@ def test_a_teachers_category_is_read_as_the_data_spells_it():
     assert _category("general", known) == (None, True) and _category("null", known) == (None, True)
     assert _category(None, known) == (None, True)
     assert _category("cooking", known) == ("cooking", False)  # dropped as unknown_category: never retrieved
+
+
+class _Vectors:
+    """An embeddings backend: the same vector for every text; `meanwhile` runs before it answers."""
+
+    def __init__(self, vector: list[float], meanwhile=None):
+        self.vector, self.meanwhile, self.requests = vector, meanwhile, []
+
+    def embed(self, model: str, texts: list[str]) -> tuple[list[list[float]], int]:
+        self.requests.append(list(texts))
+        if self.meanwhile is not None:
+            self.meanwhile()
+        return [list(self.vector) for _ in texts], len(texts)
+
+
+def test_texts_another_process_embedded_first_take_its_vectors_and_batches_keep_to_the_limit(tmp_path):
+    """Two processes embedding the same texts at once: the one that commits second uses the first one's vectors,
+    which resume and verify serve; and no request carries more texts than `bank.embedding_batch`."""
+    from skillstate.llm.embeddings import JournaledEmbedder, embedding_request
+
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    texts = [f"text {n}" for n in range(5)]
+    first = JournaledEmbedder(_Vectors([0.6, 0.8]), Store(url), run_id="a", model="m")
+    second_backend = _Vectors([0.8, 0.6], meanwhile=lambda: first.embed(texts))
+    second = JournaledEmbedder(second_backend, Store(url), run_id="b", model="m", batch=2)
+    assert second.embed(texts) == [[0.6, 0.8]] * 5  # the first commit's vectors, not its own
+    assert [len(r) for r in second_backend.requests] == [2, 2, 1]
+    journal = Store(url)
+    assert all(journal.find_call(embedding_request("m", t)[0]).response == {"embedding": [0.6, 0.8]} for t in texts)
+    assert second.embed(texts) == [[0.6, 0.8]] * 5 and len(second_backend.requests) == 3  # known: nothing sent

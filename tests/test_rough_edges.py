@@ -93,6 +93,12 @@ def test_1_a_real_model_or_a_base_url_means_backend_openai_and_sim_refuses_them(
           match="set OPENAI_API_KEY")
     error("eval", "--skill", "README.md", "--model", "gpt-4o-mini", *QA, "--db", url(db),
           env={"OPENAI_API_KEY": None}, match="set OPENAI_API_KEY")
+    # a base URL the client cannot parse: one line, no run (a fork, which probes no endpoint, included)
+    error("run", "--model", "gpt-4o-mini", "--base-url", "http://[::1", *QA, "--db", url(db),
+          env={"OPENAI_API_KEY": "local"}, match="target.base_url 'http://[::1' is not a usable URL")
+    error("fork", "demo", "1", "--set", "backend=openai", "--set", "target.model=m", "--set",
+          "target.base_url=http://x:port/v1", "--db", url(db), env={"OPENAI_API_KEY": "local"},
+          match="is not a usable URL")
     # backend sim chosen explicitly, with a real model or a base URL: refused
     cfg = tmp_path / "sim.yaml"
     cfg.write_text("backend: sim\ntarget:\n  model: gpt-4o\n")

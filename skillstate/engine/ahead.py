@@ -51,8 +51,9 @@ def fetch(ctx: RunContext, state: RunState, stage: str) -> None:
         planned += [(NEXT_STEP, cfg.train_split, ctx.env.item(i)) for b in step_batches(ctx, state, p.step + 1)
                     for i in b]
         skill, lane = state.current_skill, SPECULATIVE
-    if planned:  # mode bank: their retrievals' texts embedded in batches here, not one request per rollout
-        prime_retrieval(ctx, ctx.skill(skill), [item for _, _, item in planned])
+    if planned and cfg.mode == "bank":  # their retrievals' texts first, in batched requests (one per rollout else)
+        ctx.fetch_ahead(lane, (planned[0][0], skill, "retrieval"), prime_ahead, ctx, skill,
+                        [item for _, _, item in planned])
     for purpose, split, item in planned:
         ctx.fetch_ahead(lane, (purpose, skill, f"{split}:{item['id']}"), rollout_ahead, ctx, skill, item)
 
@@ -68,6 +69,10 @@ def next_step_due(ctx: RunContext, state: RunState) -> bool:
     prune = ctx.config.prune == "step" or (ctx.config.prune == "epoch" and epoch_end)
     drawn = ctx.config.parent_selection == "pareto"  # the next step's parent is drawn after the gate
     return not (prune or drawn or (ctx.config.use_slow_update and epoch_end and p.step // spe >= 2))
+
+
+def prime_ahead(ctx: RunContext, skill: str, items: list[dict[str, Any]]) -> None:
+    prime_retrieval(ctx, ctx.skill(skill), items)
 
 
 def rollout_ahead(ctx: RunContext, skill: str, item: dict[str, Any]) -> None:

@@ -157,14 +157,17 @@ def check_schedule(total_steps: int) -> None:
 
 
 def preflight(config: SkillConfig, roles: tuple[str, ...] = ("target", "optimizer"), *,
-              probe: bool = True) -> None:
+              probe: bool = True, keys_only: bool = False) -> None:
     """Fail on missing models or credentials before anything is written; with
     `probe`, also ask each endpoint whether it answers and serves the model,
-    so a bad key, a closed port or an unknown model leaves no run behind."""
+    so a bad key, a closed port or an unknown model leaves no run behind.
+    Each role's client is built (which checks its base_url), except with
+    `keys_only`: a caller that probes later (each client takes tens of
+    milliseconds)."""
     from skillstate.engine.executors import check_executor
 
     lease_ttl(), host_id()  # the run's driver reads these first: a bad one must not leave a run behind
-    check_executor(config, connect=probe)
+    check_executor(config, connect=probe and not keys_only)
     checked: set[tuple[Any, ...]] = set()
     for role in roles:
         model = config.model_for(role)
@@ -173,11 +176,13 @@ def preflight(config: SkillConfig, roles: tuple[str, ...] = ("target", "optimize
         from skillstate.llm.openai_backend import OpenAIBackend, api_key
 
         cfg = getattr(config, role)
-        api_key(cfg, role)  # (a client is built only for a probe: each takes tens of milliseconds)
+        api_key(cfg, role)
         key = (cfg.base_url, cfg.api_key_env, cfg.azure, model)
-        if probe and key not in checked:
+        if keys_only or (probe and key in checked):
+            continue
+        backend = OpenAIBackend(cfg, role)
+        if probe:
             checked.add(key)
-            backend = OpenAIBackend(cfg, role)
             try:
                 backend.check(model)
                 # A run whose every call would fail, or whose tools would never run:
@@ -208,7 +213,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
     run_id = run_id or new_run_id("eval" if eval_split else "run")
     if store.get_run(run_id) is not None:
         raise UserError(f"run {run_id!r} already exists")
-    preflight(config, roles_of(kind), probe=False)
+    preflight(config, roles_of(kind), keys_only=True)  # (the endpoints are probed last, below)
     env_cls = resolve_env(config.env)
     env_cls.check_requirements()
     settings = env_settings(env_cls, config.env_config, config.env)

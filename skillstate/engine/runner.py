@@ -261,7 +261,8 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
         local = config.bank.embedder == "local"
         source = None if verifying else LocalEmbeddings() if local else OpenAIEmbeddings(config.optimizer)
         ctx.embedder = JournaledEmbedder(source, store, run_id=run_id, run_ids=scope, before=verify_until,
-                                         model=LOCAL_MODEL if local else config.bank.embedding_model, budget=budget)
+                                         model=LOCAL_MODEL if local else config.bank.embedding_model, budget=budget,
+                                         batch=config.bank.embedding_batch)
     if "target" in clients:  # the executor that runs rollouts (training and evaluation runs)
         ctx.executor = make_executor(ctx, dataset_of(store, state))
     models: dict[str, list[str]] = {}  # one warning per model, whatever roles share it

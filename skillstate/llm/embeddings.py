@@ -2,8 +2,9 @@
 
 Each (model, text) is one journaled request (role `embedder` in the call
 table, the request's canonical JSON hashed like a chat request's; the texts
-missing from the journal go to the endpoint together, `EMBED_BATCH` to an
-HTTP request, and their rows are written in one commit), so a
+missing from the journal go to the endpoint together, `bank.embedding_batch`
+to an HTTP request, and their rows are written and checked in one commit),
+so a
 text is embedded at most once per database (or per lineage with
 `llm_cache: lineage`), a resumed or forked run pays nothing twice, and
 replay and verify need no endpoint: a vector missing from the journal is a
@@ -25,7 +26,7 @@ from skillstate.storage.store import Store
 from skillstate.util import canonical_json, sha256_text
 
 ROLE = "embedder"
-EMBED_BATCH = 128  # texts per embeddings request (OpenAI takes up to 2,048; servers with smaller limits exist)
+EMBED_BATCH = 128  # texts per embeddings request by default (`bank.embedding_batch`; OpenAI takes up to 2,048)
 
 
 def embedding_request(model: str, text: str) -> tuple[str, str]:
@@ -104,8 +105,10 @@ class JournaledEmbedder:
     """An Embedder (`skillstate.bank.embedding`) whose vectors live in the call journal."""
 
     def __init__(self, backend: OpenAIEmbeddings | LocalEmbeddings | None, store: Store, *, run_id: str, model: str,
-                 run_ids: list[str] | None = None, before: Any = None, budget: Any = None):
+                 run_ids: list[str] | None = None, before: Any = None, budget: Any = None,
+                 batch: int = EMBED_BATCH):
         self.backend, self.store, self.run_id, self._model = backend, store, run_id, model
+        self.batch = batch  # texts per request at most (`bank.embedding_batch`)
         self.run_ids, self.before = run_ids, before  # before: verify's "as of" time, as for chat calls
         self.budget = budget  # skillstate.pricing.Budget: embeddings are paid for like chat calls
         # Vectors already looked up or sent, by text: a (model, text) never changes, and every rollout
@@ -150,19 +153,22 @@ class JournaledEmbedder:
             with self._lock:
                 self._look_up(missing)  # another thread may have recorded some meanwhile
                 still = [t for t in missing if t not in self._known]
-                for start in range(0, len(still), EMBED_BATCH):
-                    self._send(still[start:start + EMBED_BATCH])
+                for start in range(0, len(still), self.batch):
+                    self._send(still[start:start + self.batch])
         return [self._known[t] for t in texts]
 
     def prime(self, texts: list[str]) -> None:
         """Embed ahead what a stage's rollouts will ask for one text at a time
         (their queries and their candidate skills): the texts not yet in the
-        journal go out in batches of `EMBED_BATCH`, not one request each."""
+        journal go out `batch` to a request, not one request each."""
         if self.backend is not None:  # (verify reads each vector as of its event, never ahead)
             self.embed(texts)
 
     def _send(self, texts: list[str]) -> None:
-        """One request for `texts`, its vectors journaled in one commit, a row per text."""
+        """One request for `texts`, its vectors journaled in one commit, a row
+        per text. Each row is checked in that commit: where another process
+        journaled a text first, its vector is the one used (and the one resume
+        and verify serve), as for chat calls."""
         assert self.backend is not None  # (embed raised ReplayMissError without one)
         if self.budget is not None:
             self.budget.check()
@@ -178,5 +184,6 @@ class JournaledEmbedder:
             rows.append(dict(run_id=self.run_id, role=ROLE, request_hash=h, model=self._model, request=body,
                              response={"embedding": vector}, prompt_tokens=share, completion_tokens=0,
                              latency_ms=latency, error=None))
-        self.store.record_calls(rows)
-        self._known.update(zip(texts, vectors, strict=True))
+        firsts = self.store.record_calls(rows, check=True, scope=self.run_ids)
+        for text, vector, first in zip(texts, vectors, firsts, strict=True):
+            self._known[text] = vector if first is None else [float(x) for x in (first.response or {})["embedding"]]

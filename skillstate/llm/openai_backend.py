@@ -59,15 +59,20 @@ class OpenAIBackend:
         self.cfg = cfg
         self.role = role
         self.client: openai.OpenAI
-        if cfg.azure:
-            assert cfg.base_url is not None  # (api_key checked it)
-            self.client = openai.AzureOpenAI(
-                azure_endpoint=cfg.base_url, api_key=key, api_version=cfg.api_version or DEFAULT_AZURE_API_VERSION,
-                timeout=cfg.timeout, max_retries=cfg.max_retries,
-            )
-        else:
-            self.client = openai.OpenAI(api_key=key, base_url=cfg.base_url, timeout=cfg.timeout,
-                                        max_retries=cfg.max_retries)
+        try:
+            if cfg.azure:
+                assert cfg.base_url is not None  # (api_key checked it)
+                self.client = openai.AzureOpenAI(
+                    azure_endpoint=cfg.base_url, api_key=key,
+                    api_version=cfg.api_version or DEFAULT_AZURE_API_VERSION, timeout=cfg.timeout,
+                    max_retries=cfg.max_retries,
+                )
+            else:
+                self.client = openai.OpenAI(api_key=key, base_url=cfg.base_url, timeout=cfg.timeout,
+                                            max_retries=cfg.max_retries)
+        except Exception as err:  # the client parses the URL (an unclosed IPv6 bracket, a port that is no number)
+            raise UserError(f"{role}.base_url {redact(str(cfg.base_url))!r} is not a usable URL: "
+                            f"{first_line(redact(str(err)))}") from None
 
     @property
     def endpoint(self) -> str:

@@ -226,11 +226,15 @@ class CallJournal:
         self._commit([pending])
         return pending.first
 
-    def record_calls(self, calls: list[dict[str, Any]]) -> None:
+    def record_calls(self, calls: list[dict[str, Any]], *, check: bool = False,
+                     scope: list[str] | None = None) -> list[CallRow | None]:
         """Journal several calls in one commit (the same group commit as
         `record_call`'s), each given as `record_call`'s keyword arguments
-        without `check`: the rows of one batched request (embeddings)."""
-        self._commit([_PendingCall(_new_row(**call)) for call in calls])
+        but `check` and `scope`, which hold for all: the rows of one batched
+        request (embeddings). Returns, per call, what `record_call` returns."""
+        pending = [_PendingCall(_new_row(**call), check, scope) for call in calls]
+        self._commit(pending)
+        return [p.first for p in pending]
 
     def _commit(self, mine: list[_PendingCall]) -> None:
         """Queue `mine` and return once all of them are committed: written by
@@ -250,10 +254,7 @@ class CallJournal:
                 if failed is not None:
                     raise failed
                 return
-        self._write_calls(batch, mine)
-        failed = next((p.error for p in mine if p.error is not None), None)  # one written by an earlier batch
-        if failed is not None:
-            raise failed
+        self._write_calls(batch, mine)  # (all of `mine`: a caller's rows are queued, and taken, together)
 
     def _write_calls(self, batch: list[_PendingCall], mine: list[_PendingCall]) -> None:
         """Group commit: the calls recorded while the previous batch was being
