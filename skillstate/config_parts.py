@@ -130,7 +130,7 @@ class BankConfig(Section):
                            "vectors are journaled in the call table.")
     embedding_model: str = Field("text-embedding-3-small", description="The model of embedder openai.")
     embedding_batch: int = Field(
-        128, ge=1, le=2048, description="Embedder openai: at most this many texts in one embeddings request (the "
+        128, ge=1, le=2048, description="Embedder openai or local: at most this many texts in one request (the "
                                         "texts a stage's retrievals need are sent together before its rollouts); "
                                         "lower it for a server with a smaller limit.")
     trajectories: str | None = Field(

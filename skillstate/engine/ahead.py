@@ -39,6 +39,7 @@ def fetch(ctx: RunContext, state: RunState, stage: str) -> None:
     if stage == "start_step":
         ctx.cancel_ahead(lambda key: key[0] == NEXT_STEP and key[1] != state.current_skill)
     planned: list[tuple[str, str, dict[str, Any]]] = []
+    step = 1  # the step whose batch is planned (the prime's key: the same skill may roll out the next batch too)
     if stage == "baseline" and cfg.overlap_start and state.start_skill:
         if state.total_steps >= 1:
             planned += [(START, cfg.train_split, ctx.env.item(i)) for b in step_batches(ctx, state, 1) for i in b]
@@ -48,11 +49,11 @@ def fetch(ctx: RunContext, state: RunState, stage: str) -> None:
     elif stage in AFTER_ROLLOUT and cfg.speculative_rollout and next_step_due(ctx, state):
         p = state.progress
         assert p is not None and state.current_skill is not None  # next_step_due checked both
-        planned += [(NEXT_STEP, cfg.train_split, ctx.env.item(i)) for b in step_batches(ctx, state, p.step + 1)
-                    for i in b]
+        step = p.step + 1
+        planned += [(NEXT_STEP, cfg.train_split, ctx.env.item(i)) for b in step_batches(ctx, state, step) for i in b]
         skill, lane = state.current_skill, SPECULATIVE
     if planned and cfg.mode == "bank":  # their retrievals' texts first, in batched requests (one per rollout else)
-        ctx.fetch_ahead(lane, (planned[0][0], skill, "retrieval"), prime_ahead, ctx, skill,
+        ctx.fetch_ahead(lane, (planned[0][0], skill, f"retrieval for step {step}"), prime_ahead, ctx, skill,
                         [item for _, _, item in planned])
     for purpose, split, item in planned:
         ctx.fetch_ahead(lane, (purpose, skill, f"{split}:{item['id']}"), rollout_ahead, ctx, skill, item)

@@ -4,8 +4,7 @@ Each (model, text) is one journaled request (role `embedder` in the call
 table, the request's canonical JSON hashed like a chat request's; the texts
 missing from the journal go to the endpoint together, `bank.embedding_batch`
 to an HTTP request, and their rows are written and checked in one commit),
-so a
-text is embedded at most once per database (or per lineage with
+so a text is embedded at most once per database (or per lineage with
 `llm_cache: lineage`), a resumed or forked run pays nothing twice, and
 replay and verify need no endpoint: a vector missing from the journal is a
 ReplayMissError there. The endpoint is the optimizer's (base URL, key

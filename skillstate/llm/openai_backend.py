@@ -71,8 +71,10 @@ class OpenAIBackend:
                 self.client = openai.OpenAI(api_key=key, base_url=cfg.base_url, timeout=cfg.timeout,
                                             max_retries=cfg.max_retries)
         except Exception as err:  # the client parses the URL (an unclosed IPv6 bracket, a port that is no number)
-            raise UserError(f"{role}.base_url {redact(str(cfg.base_url))!r} is not a usable URL: "
-                            f"{first_line(redact(str(err)))}") from None
+            if not isinstance(err, (ValueError, openai.OpenAIError)) and type(err).__name__ != "InvalidURL":
+                raise
+            where = f"{role}.base_url {redact(str(cfg.base_url))!r}" if cfg.base_url else "$OPENAI_BASE_URL"
+            raise UserError(f"{where} is not a usable URL: {first_line(redact(str(err)))}") from None
 
     @property
     def endpoint(self) -> str:

@@ -109,10 +109,13 @@ def _first_calls(conn: Any, batch: list[_PendingCall]) -> None:
             by_scope.setdefault(None if p.scope is None else tuple(p.scope), []).append(p)
     found: dict[int, Any] = {}  # id(pending row) -> the journal's first successful call of its request
     for scope, pending in by_scope.items():
-        params: dict[str, Any] = {"hashes": sorted({p.row["request_hash"] for p in pending})}
-        if scope is not None:
-            params["run_ids"] = list(scope)
-        first = {row[0]: row for row in conn.execute(_FIRST_OK_OF[scope is not None], params).all()}
+        hashes = sorted({p.row["request_hash"] for p in pending})
+        first: dict[str, Any] = {}
+        for start in range(0, len(hashes), 500):  # (SQLite before 3.32 binds at most 999 values to a statement)
+            params: dict[str, Any] = {"hashes": hashes[start:start + 500]}
+            if scope is not None:
+                params["run_ids"] = list(scope)
+            first.update((row[0], row) for row in conn.execute(_FIRST_OK_OF[scope is not None], params).all())
         for p in pending:
             found[id(p)] = first.get(p.row["request_hash"])
     earlier: dict[str, list[dict[str, Any]]] = {}  # request hash -> this batch's successful rows so far
