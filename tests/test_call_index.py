@@ -396,4 +396,3 @@ def test_calls_recorded_together_are_written_in_one_commit_and_return_once_all_a
                                  completion_tokens=0, latency_ms=1.0, error=None)])
     assert store.read_calls("s") == [] and not store._calls_writing
     store.close()
-

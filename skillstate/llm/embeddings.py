@@ -100,6 +100,11 @@ class LocalEmbeddings:
         return [[float(x) for x in v] for v in vectors], 0
 
 
+def _vector(response: dict[str, Any]) -> list[float]:
+    """The vector a journaled embedding reply holds."""
+    return [float(x) for x in response["embedding"]]
+
+
 class JournaledEmbedder:
     """An Embedder (`skillstate.bank.embedding`) whose vectors live in the call journal."""
 
@@ -127,7 +132,7 @@ class JournaledEmbedder:
         row = self.store.find_call(embedding_request(self._model, text)[0], run_ids=self.run_ids, as_of=as_of)
         if row is None or row.error is not None or not row.response:
             return None
-        vector = self._known[text] = [float(x) for x in row.response["embedding"]]
+        vector = self._known[text] = _vector(row.response)
         return vector
 
     def _look_up(self, texts: list[str]) -> None:
@@ -141,7 +146,7 @@ class JournaledEmbedder:
         hashes = {embedding_request(self._model, t)[0]: t for t in unknown}
         for h, row in self.store.find_calls(list(hashes), run_ids=self.run_ids).items():
             if row.error is None and row.response:
-                self._known[hashes[h]] = [float(x) for x in row.response["embedding"]]
+                self._known[hashes[h]] = _vector(row.response)
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         self._look_up(texts)
@@ -185,4 +190,4 @@ class JournaledEmbedder:
                              latency_ms=latency, error=None))
         firsts = self.store.record_calls(rows, check=True, scope=self.run_ids)
         for text, vector, first in zip(texts, vectors, firsts, strict=True):
-            self._known[text] = vector if first is None else [float(x) for x in (first.response or {})["embedding"]]
+            self._known[text] = vector if first is None else _vector(first.response or {})

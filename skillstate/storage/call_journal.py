@@ -95,6 +95,20 @@ def _lock_key(request_hash: str) -> int:
     return hash_key(request_hash) - (1 << 63)
 
 
+def _first_ok_rows(conn: Any, hashes: list[str], run_ids: list[str] | None) -> dict[str, Any]:
+    """Request hash -> the row of its first successful call (in `run_ids`,
+    or in any run), for those of `hashes` that have one; 500 hashes a
+    statement (SQLite before 3.32 binds at most 999 values to one)."""
+    ordered = sorted(set(hashes))
+    found: dict[str, Any] = {}
+    for start in range(0, len(ordered), 500):
+        params: dict[str, Any] = {"hashes": ordered[start:start + 500]}
+        if run_ids is not None:
+            params["run_ids"] = list(run_ids)
+        found.update((row[0], row) for row in conn.execute(_FIRST_OK_OF[run_ids is not None], params).all())
+    return found
+
+
 def _first_calls(conn: Any, batch: list[_PendingCall]) -> None:
     """Set `first` on each checked row of `batch` about to be inserted: the
     first successful call of its request in its scope, if there is one and
@@ -109,13 +123,7 @@ def _first_calls(conn: Any, batch: list[_PendingCall]) -> None:
             by_scope.setdefault(None if p.scope is None else tuple(p.scope), []).append(p)
     found: dict[int, Any] = {}  # id(pending row) -> the journal's first successful call of its request
     for scope, pending in by_scope.items():
-        hashes = sorted({p.row["request_hash"] for p in pending})
-        first: dict[str, Any] = {}
-        for start in range(0, len(hashes), 500):  # (SQLite before 3.32 binds at most 999 values to a statement)
-            params: dict[str, Any] = {"hashes": hashes[start:start + 500]}
-            if scope is not None:
-                params["run_ids"] = list(scope)
-            first.update((row[0], row) for row in conn.execute(_FIRST_OK_OF[scope is not None], params).all())
+        first = _first_ok_rows(conn, [p.row["request_hash"] for p in pending], None if scope is None else list(scope))
         for p in pending:
             found[id(p)] = first.get(p.row["request_hash"])
     earlier: dict[str, list[dict[str, Any]]] = {}  # request hash -> this batch's successful rows so far
@@ -143,8 +151,12 @@ def _superseded(error: str | None) -> bool:
     return error is not None and error.startswith(SUPERSEDED)
 
 
+def _row_of(row: Any) -> CallRow:
+    return CallRow(row[0], json.loads(row[1]) if row[1] else None, row[2], row[3], row[4])
+
+
 def _call_row(row: Any) -> CallRow | None:
-    return None if row is None else CallRow(row[0], json.loads(row[1]) if row[1] else None, row[2], row[3], row[4])
+    return None if row is None else _row_of(row)
 
 
 def _new_row(*, run_id: str, role: str, request_hash: str, model: str, request: dict[str, Any] | str,
@@ -194,17 +206,9 @@ class CallJournal:
     def find_calls(self, request_hashes: list[str], *, run_ids: list[str] | None = None) -> dict[str, CallRow]:
         """`find_call` of many requests (without `as_of`) in one query per
         500: the first successful call of each request that has one."""
-        scoped = run_ids is not None
-        found: dict[str, CallRow] = {}
-        hashes = sorted(set(request_hashes))
         with self.engine.connect() as conn:
-            for start in range(0, len(hashes), 500):
-                params: dict[str, Any] = {"hashes": hashes[start:start + 500]}
-                if scoped:
-                    params["run_ids"] = list(run_ids or ())
-                for row in conn.execute(_FIRST_OK_OF[scoped], params):
-                    found[row[0]] = _call_row(row)  # type: ignore[assignment]  # (a row: never None)
-        return found
+            rows = _first_ok_rows(conn, request_hashes, run_ids)
+        return {h: _row_of(row) for h, row in rows.items()}
 
     def record_call(self, *, run_id: str, role: str, request_hash: str, model: str, request: dict[str, Any] | str,
                     response: dict[str, Any] | str | None, prompt_tokens: int, completion_tokens: int,
