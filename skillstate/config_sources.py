@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from skillstate.config import DICT_KEYS, SkillConfig, config_keys, flatten_keys, unknown_key, validate_config
+from skillstate.envs.run_paths import name_run_paths
 from skillstate.errors import ConfigError
 from skillstate.input_files import read_input_text
 from skillstate.prompts import is_prompt_file
@@ -34,6 +35,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     if not str(path).strip():
         raise ConfigError("the config file name is empty (leave --config out for no config file)")
     path = Path(path)
+    name_run_paths([path])  # what a run's config holds is no agent's to read
     try:
         text = read_input_text(path, encoding="utf-8-sig")  # a BOM at the start is fine
     except OSError as err:

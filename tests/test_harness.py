@@ -88,7 +88,7 @@ def test_a_command_agent_completes_a_run_through_the_proxy_and_passes_audit(comm
         assert t["exchanges"] and all(x["api"] == "chat" for x in t["exchanges"])
         assert any(e.get("type") == "answer" for e in t["events"] if isinstance(e, dict)), t["log"]
         assert ".agents/skills" not in t["diff"]  # the installed skills are gone before the diff and the check
-        assert not any(p.startswith(".agents/") for p in t["final_files"])
+        assert not any(p.startswith(".agents/") for p in t["changed_files"])
         assert t["skills_installed"] == ["number-words", "tally-conventions"]
     # the model saw the catalogue the program built from the installed skills, and read a SKILL.md through it
     assert any("cat" in s["arguments"] and "SKILL.md" in s["arguments"] for t in trajs for s in t["steps"])
@@ -129,12 +129,13 @@ def test_verify_checks_the_recorded_rollouts_and_never_reruns_the_agent(command_
     assert report.ok and report.checked == report.total
 
 
-def test_a_recorded_workspace_the_check_disagrees_with_is_found(command_run):
+def test_a_recorded_workspace_the_check_disagrees_with_is_found(command_run, tmp_path):
     import copy
     from types import SimpleNamespace
 
     from skillstate.envs.registry import env_settings, resolve_env
     from skillstate.envs.workspace.files import diff_of as _diff
+    from skillstate.envs.workspace.workspace_record import record_workspace
 
     store, _path = command_run
     cls = resolve_env("workspace")
@@ -145,14 +146,26 @@ def test_a_recorded_workspace_the_check_disagrees_with_is_found(command_run):
     item = items[trajectory["item_id"]]
     recorded = SimpleNamespace(calls=[None] * len(trajectory["exchanges"]), fail_reason=trajectory["fail_reason"],
                                hard=1.0 if trajectory["success"] else 0.0)
-    assert env.check_recorded(item, trajectory, recorded) is None
-    changed = copy.deepcopy(trajectory)  # the other outcome's workspace, with its own diff: the check disagrees
-    changed["final_files"] = {} if trajectory["success"] else dict(item["solution"])
-    changed["diff"] = _diff(item["files"], {**item["files"], **changed["final_files"]}, env.max_diff_chars)
-    assert "the check now gives" in env.check_recorded(item, changed, recorded)
+    assert env.check_recorded(item, trajectory, recorded, store.get_blob) is None
+    # the other outcome's workspace, with its own diff: the check disagrees
+    other = {**item["files"], **({} if trajectory["success"] else item["solution"])}
+    if trajectory["success"]:
+        other.update({p: t for p, t in item.get("wrong", {}).items()} or {"tally/money.py": "broken("})
+    root = tmp_path / "other"
+    root.mkdir()
+    for path, text in other.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    record = record_workspace(root, item["files"], 1 << 20)
+    blobs = {**record.blobs}
+    changed = copy.deepcopy(trajectory)
+    changed["workspace"] = record.hash
+    changed["diff"] = _diff(item["files"], other, env.max_diff_chars)
+    assert "the check now gives" in env.check_recorded(item, changed, recorded, lambda h: blobs.get(h) or store.get_blob(h))
     changed["diff"] = "--- something else"
-    assert "diff" in env.check_recorded(item, changed, recorded)
-    assert "model calls" in env.check_recorded(item, trajectory, SimpleNamespace(**{**vars(recorded), "calls": []}))
+    assert "diff" in env.check_recorded(item, changed, recorded, lambda h: blobs.get(h) or store.get_blob(h))
+    assert "model calls" in env.check_recorded(item, trajectory, SimpleNamespace(**{**vars(recorded), "calls": []}),
+                                               store.get_blob)
 
 
 def test_the_agent_reaches_its_model_and_nothing_else(tmp_path):

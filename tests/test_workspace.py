@@ -52,7 +52,7 @@ def complete_with(env):
 
 @pytest.mark.parametrize(("command", "seen"), [
     ("echo x > /etc/skillstate-escape", "Read-only file system"),
-    ("echo x > $HOME/../../escape && echo wrote", "Read-only file system"),
+    ("echo x > $HOME/../../escape && echo wrote", "Permission denied"),  # the view's root is not the machine's
     ("python -c 'import socket; socket.create_connection((\"127.0.0.1\", 5432), timeout=2)'", "Connection refused"),
     ("python -c 'import urllib.request; urllib.request.urlopen(\"http://pypi.org\", timeout=2)'", "URLError"),
     ("python -c 'bytearray(8 << 30)'", "MemoryError"),
@@ -234,7 +234,7 @@ def test_the_sandbox_hides_the_drivers_files_and_bounds_output(tmp_path):
 
 
 def test_a_long_check_keeps_its_last_line_for_the_soft_score():
-    from skillstate.envs.workspace.env import _soft
+    from skillstate.envs.workspace.checking import soft_of_output as _soft
     from skillstate.envs.workspace.sandbox import head_and_tail
 
     assert _soft(head_and_tail("x" * 5000 + '\n{"score": 0.5}', 4000), 0.0) == 0.5

@@ -54,7 +54,7 @@ class RecordedExecutor:
         if result is None:
             raise EnvFailure(f"the log holds no rollout of item {item['id']!r} with this skill to check")
         trajectory = json.loads(ctx.store.get_blob(result.trajectory)) if result.trajectory else None
-        problem = ctx.env.check_recorded(item, trajectory, result)
+        problem = ctx.env.check_recorded(item, trajectory, result, ctx.store.get_blob)
         if problem:
             raise EnvFailure(f"the recorded rollout of item {item['id']!r} does not hold: {problem}")
         return RolloutOutcome(hard=result.hard, soft=result.soft, fail_reason=result.fail_reason,

@@ -38,6 +38,7 @@ from skillstate.engine.loading import (  # noqa: F401  (re-exported)
 from skillstate.engine.stops import StopCheck, StopConditions, already_stopped
 from skillstate.envs.base import SkillEnv
 from skillstate.envs.registry import make_env
+from skillstate.envs.run_paths import name_database, name_run_paths
 from skillstate.errors import BudgetStop, ConfigError, EnvFailure, EnvStop, LLMStop, StorageStop
 from skillstate.llm.base import CircuitOpen, FatalLLMError, LLMClient
 from skillstate.llm.health import AheadHealth, CallHealth
@@ -176,7 +177,11 @@ def drive(ctx: RunContext, state: RunState, before_stage: Callable[[str], None] 
 # Environment kinds by the config key `env`.
 def env_of(store: Store, state: RunState, config: SkillConfig | None = None) -> SkillEnv:
     """The run's environment, with its stored settings, on the dataset snapshot stored in its log (played with
-    progressive disclosure, `disclosure: tools`, over the skills the log installs)."""
+    progressive disclosure, `disclosure: tools`, over the skills the log installs). The paths the run names (its
+    database file, data and skill sources) are named to the sandboxes first: no agent may see them."""
+    name_database(store.url)
+    name_run_paths([state.config.get("data"), state.config.get("initial_skill"),
+                    *(state.config.get("distractor_skills") or ())])
     env = make_env(state.config.get("env", "qa"), state.config.get("env_config") or {}, dataset_of(store, state),
                    config)
     if state.config.get("disclosure") != "tools":

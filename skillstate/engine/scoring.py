@@ -36,6 +36,8 @@ def rollout_one(ctx: RunContext, skill: str, item: dict[str, Any], sample: int |
         skill, retrieved = prompt or prompt_for(skill, item, ctx.config.bank, ctx.embedder)
     out = ctx.executor.rollout(ctx, skill, item, sample)
     stored = out.trajectory if out.trajectory is not None else out.messages
+    for text in out.blobs.values():  # what the trajectory names (a workspace's record), stored with it
+        ctx.put_blob(text)
     return ItemResult(
         item_id=item["id"], task_type=out.task_type, hard=out.hard, soft=out.soft, fail_reason=out.fail_reason,
         prediction=out.prediction, trajectory=ctx.put_blob(canonical_json(stored)),

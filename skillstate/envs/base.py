@@ -11,6 +11,7 @@ go in the config's `env_config` section, validated by `config_model`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from numbers import Real
 from pathlib import Path
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from skillstate.errors import EnvFailure
 from skillstate.llm.base import CallResult
+from skillstate.util import sha256_text
 
 
 class Complete(Protocol):
@@ -48,6 +50,7 @@ class RolloutOutcome:
     seed: int | None = None
     skills_loaded: list[str] = field(default_factory=list)  # disclosure tools: the skills the target loaded
     files_read: list[str] = field(default_factory=list)  # and the files it read ("skill/path")
+    blobs: dict[str, str] = field(default_factory=dict)  # what the trajectory names by hash (hash -> text), stored
 
 
 def score_problem(value: Any) -> str | None:
@@ -102,7 +105,9 @@ def check_outcome(outcome: Any, env_name: str, item_id: str) -> RolloutOutcome:
                       and all(isinstance(x, str) for x in outcome.skills_loaded)),
                      ("files_read", isinstance(outcome.files_read, list)
                       and all(isinstance(x, str) for x in outcome.files_read)),
-                     ("trajectory", outcome.trajectory is None or isinstance(outcome.trajectory, dict))):
+                     ("trajectory", outcome.trajectory is None or isinstance(outcome.trajectory, dict)),
+                     ("blobs", isinstance(outcome.blobs, dict) and all(
+                         isinstance(t, str) and k == sha256_text(t) for k, t in outcome.blobs.items()))):
         if not ok:
             raise refuse(name, f"has the wrong type ({_shown(getattr(outcome, name))})")
     from skillstate.log.event_codec import unfit_for_json
@@ -150,8 +155,10 @@ class SkillEnv:
         requests are not a function of the run (an external agent) says False, and checks recorded rollouts."""
         return True
 
-    def check_recorded(self, item: dict[str, Any], trajectory: Any, result: Any) -> str | None:
-        """What does not hold in a recorded rollout (verification, when `replays_agent` is False)."""
+    def check_recorded(self, item: dict[str, Any], trajectory: Any, result: Any,
+                       blob: Callable[[str], str] | None = None) -> str | None:
+        """What does not hold in a recorded rollout (verification, when `replays_agent` is False); `blob` reads a
+        blob of the log by hash (what the trajectory names)."""
         return "this environment's rollouts are re-executed, not checked from the log"
 
     def __init__(self, splits: dict[str, list[dict[str, Any]]], config: BaseModel | None = None):

@@ -19,18 +19,21 @@ requests and is served from the journal, as for any environment.
 from __future__ import annotations
 
 import json
-import re
-import sys
-import tempfile
-import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from skillstate.envs.base import Complete, RolloutOutcome
 from skillstate.envs.episode_loop import clip
 from skillstate.envs.tools import ToolEnv, take_reply
+from skillstate.envs.workspace.checking import (  # noqa: F401  (stable, SANDBOX_ROOT: re-exported)
+    SANDBOX_ROOT,
+    Checker,
+    outcome_of,
+    stable,
+    with_python,
+)
 from skillstate.envs.workspace.files import (
     MAX_FILE_CHARS,
     Outside,
@@ -42,13 +45,12 @@ from skillstate.envs.workspace.files import (
     write_files,
 )
 from skillstate.envs.workspace.harness import HarnessSettings
-from skillstate.envs.workspace.sandbox import SandboxSettings, check_sandbox, head_and_tail, run_command
+from skillstate.envs.workspace.sandbox import SandboxSettings, check_sandbox, run_command
+from skillstate.envs.workspace.workspace_dir import Workspace, workspace_dir
 from skillstate.errors import UserError
 from skillstate.llm.base import CallResult
 from skillstate.skilltree.paths import check_path
-from skillstate.util import hash_value
 
-SANDBOX_ROOT = "/tmp/workspace"  # where the workspace is inside the sandbox
 FINISH = "finish"
 
 DEFAULT_SKILL = """# Coding agent
@@ -68,6 +70,7 @@ class WorkspaceItem(BaseModel):
     files: dict[str, str]
     check: str
     check_files: dict[str, str] = {}
+    check_report: Literal["exit", "junit", "json"] = "exit"
 
     @field_validator("files", "check_files")
     @classmethod
@@ -85,6 +88,9 @@ class WorkspaceItem(BaseModel):
     @model_validator(mode="after")
     def _checks_fit(self) -> WorkspaceItem:
         _no_file_as_directory([*self.files, *self.check_files])
+        if self.check_report != "exit" and "{report}" not in self.check:
+            raise ValueError(f"check_report {self.check_report}: the check must write its report to {{report}} "
+                             "(pytest: --junitxml={report})")
         return self
 
 
@@ -104,6 +110,9 @@ class WorkspaceConfig(BaseModel):
     harness: HarnessSettings = HarnessSettings()
     max_diff_chars: int = Field(20_000, ge=1_000, le=1_000_000,
                                 description="Characters of the agent's diff kept in the trajectory.")
+    max_record_mb: int = Field(64, ge=1, le=4096,
+                               description="An external agent's changed files a rollout records for replay --verify "
+                                           "(MB, names and links counted); a rollout past it is not checkable.")
 
 
 TOOLS: list[dict[str, Any]] = [
@@ -127,15 +136,6 @@ TOOLS: list[dict[str, Any]] = [
 ]
 TOOL_NAMES = {t["function"]["name"] for t in TOOLS}
 
-_TIMING = re.compile(r" in \d+(?:\.\d+)?s\b(?: \(\d+:\d{2}:\d{2}\))?")
-_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
-
-
-def stable(text: str) -> str:
-    """A command's output with what differs between identical runs masked (pytest's durations, addresses), and
-    without NUL characters (a model's message holds text)."""
-    return _ADDRESS.sub("0x…", _TIMING.sub("", text)).replace("\x00", "")
-
 
 class WorkspaceEnv(ToolEnv):
     """Coding tasks in a directory, played by skillstate's built-in coding agent."""
@@ -154,8 +154,8 @@ class WorkspaceEnv(ToolEnv):
         self.sandbox = cfg.sandbox
         self.harness = cfg.harness
         self.max_diff_chars = cfg.max_diff_chars
-        self._checks: dict[str, dict[str, Any]] = {}
-        self._lock = threading.Lock()
+        self.max_record_mb = cfg.max_record_mb
+        self.checker = Checker(self.sandbox)
         check_sandbox(self.sandbox)
         if self.harness.external:
             self.harness.executable()  # installed, or a one-line error before the run starts
@@ -172,11 +172,11 @@ class WorkspaceEnv(ToolEnv):
         a function of the run; an external agent's are not (`engine.recorded`)."""
         return not self.harness.external
 
-    def check_recorded(self, item: dict[str, Any], trajectory: Any, result: Any) -> str | None:
+    def check_recorded(self, item: dict[str, Any], trajectory: Any, result: Any, blob: Any = None) -> str | None:
         """What does not hold in a recorded rollout of an external agent (None when it all does)."""
         from skillstate.envs.workspace.external import check_recorded
 
-        return check_recorded(self, item, trajectory, result)
+        return check_recorded(self, item, trajectory, result, blob)
 
     def default_skill(self) -> str:
         return DEFAULT_SKILL
@@ -192,18 +192,22 @@ class WorkspaceEnv(ToolEnv):
 
     # -- one rollout ------------------------------------------------------------------------------------
 
+    def workspace(self) -> Any:
+        """A new rollout folder with its empty workspace, bounded by `sandbox.workspace_mb` (`workspace_dir`)."""
+        return workspace_dir(self.sandbox.kind, self.sandbox.workspace_mb, self.sandbox.run_as)
+
     def rollout(self, skill: str, item: dict[str, Any], complete: Complete, prompts: dict[str, str]) -> RolloutOutcome:
-        with tempfile.TemporaryDirectory(prefix="skillstate-ws-") as tmp:
-            root = Path(tmp) / "workspace"
-            write_files(root, item["files"])
+        with self.workspace() as box:
+            write_files(box.root, item["files"])
             if self.harness.external:
                 from skillstate.envs.workspace.external import external_rollout
 
-                return external_rollout(self, Path(tmp), root, skill, item, complete)
-            return self._rollout(root, skill, item, complete, prompts)
+                return external_rollout(self, box, skill, item, complete)
+            return self._rollout(box, skill, item, complete, prompts)
 
-    def _rollout(self, root: Path, skill: str, item: dict[str, Any], complete: Complete,
+    def _rollout(self, box: Workspace, skill: str, item: dict[str, Any], complete: Complete,
                  prompts: dict[str, str]) -> RolloutOutcome:
+        root = box.root
         s = self.settings
         disclosure = self.installation is not None
         if disclosure:
@@ -227,17 +231,23 @@ class WorkspaceEnv(ToolEnv):
             if failed or answer is not None:
                 reason = failed or reason
                 break
+            ended: list[str] = []
             for call in result.tool_calls:
                 if reader is not None and reader.serves(call.name):
                     output, invalid = reader.run(call.name, call.arguments), False
                 else:
-                    output, invalid = self._act(root, call.name, call.arguments)
+                    output, invalid = self._act(root, call.name, call.arguments, box, ended)
                 if call.name == FINISH and not invalid:
                     answer = output
                 invalid_run = invalid_run + 1 if invalid else 0
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
                 steps.append({"turn": n, "tool": call.name, "arguments": call.arguments, "output": output,
                               "invalid": invalid})
+                if ended:
+                    break
+            if ended:  # a command passed a limit of the sandbox (the workspace's size, its memory)
+                reason = f"sandbox_limit: {ended[0]}"
+                break
             if answer is not None:
                 break
             if invalid_run >= s.max_invalid:
@@ -259,24 +269,16 @@ class WorkspaceEnv(ToolEnv):
 
     def judge(self, root: Path, item: dict[str, Any], reason: str) -> tuple[float, float, str, str, dict[str, Any]]:
         """(hard, soft, fail reason, diff, check) of the finished workspace at `root`. `reason` is how the agent
-        stopped: a failed target call (`rollout_error`) or an external agent that failed or ran out of time
-        (`harness_`) is never a success, whatever the check says; a reason the check contradicts by passing (out
-        of turns, say) is dropped."""
+        stopped (`checking.outcome_of` turns it and the check's result into the score)."""
         diff = diff_of(item["files"], snapshot(root), self.max_diff_chars)
         check = self._check(root, item)
-        hard, soft = (1.0, 1.0) if check["exit_code"] == 0 else (0.0, 0.0)
-        soft = _soft(check["output"], soft)
-        if reason.startswith(("rollout_error", "harness_")):  # a failed call, an agent that crashed or hung
-            hard, soft = 0.0, 0.0
-        elif hard < 1.0:
-            last = check["output"].strip().splitlines()[-1:] or [""]
-            reason = reason or f"check_failed: {check['result']}: {clip(last[0], 200)}"
-        elif reason:
-            reason = ""
+        hard, soft, reason = outcome_of(check, reason)
         return hard, soft, reason, diff, check
 
-    def _act(self, root: Path, name: str, arguments: str) -> tuple[str, bool]:
-        """(output, invalid) of one call of the agent's own tools."""
+    def _act(self, root: Path, name: str, arguments: str, box: Workspace | None = None,
+             ended: list[str] | None = None) -> tuple[str, bool]:
+        """(output, invalid) of one call of the agent's own tools; a command that passes a limit of the sandbox
+        (the workspace's size `box` bounds, its memory) adds what it passed to `ended`."""
         if name not in TOOL_NAMES:
             return f"error: there is no tool {name!r} (tools: {', '.join(sorted(TOOL_NAMES))})", True
         try:
@@ -304,8 +306,14 @@ class WorkspaceEnv(ToolEnv):
                 command = args.get("command")
                 if not isinstance(command, str) or not command.strip():
                     return "error: give the command to run", True
-                result = run_command(_with_python(command), root, self.sandbox, SANDBOX_ROOT)
-                return stable(f"{result.summary()}\n{result.output}"), result.exit_code is None and not result.timed_out
+                watch = box.passed if box is not None and not box.mounted else None
+                result = run_command(with_python(command), root, self.sandbox, SANDBOX_ROOT, watch=watch)
+                passed = box.passed() if box is not None and result.limit is None else None
+                if ended is not None and (result.limit or passed):
+                    ended.append(result.summary() if result.limit else
+                                 f"the workspace reached its {passed} MB (sandbox.workspace_mb)")
+                invalid = result.exit_code is None and not result.timed_out and result.limit is None
+                return stable(f"{result.summary()}\n{result.output}"), invalid
             summary = args.get("summary")
             return (summary if isinstance(summary, str) and summary.strip() else "done"), False
         except Outside as err:
@@ -314,25 +322,8 @@ class WorkspaceEnv(ToolEnv):
             return f"error: {type(err).__name__}: {getattr(err, 'strerror', None) or err}", True
 
     def _check(self, root: Path, item: dict[str, Any]) -> dict[str, Any]:
-        """The check's result on the finished workspace. A check is a function of the files it runs on, so it
-        runs once per distinct workspace in this process (many rollouts end in the same one)."""
-        try:
-            write_files(root, item.get("check_files") or {})
-        except (OSError, ValueError) as err:  # the agent left something in the way of the check's files
-            return {"command": item["check"], "exit_code": None, "timed_out": False,
-                    "result": "the check could not be set up", "output": f"{type(err).__name__}: {err}"}
-        key = hash_value([item["check"], snapshot(root)])
-        with self._lock:
-            found = self._checks.get(key)
-        if found is not None:
-            return dict(found)
-        result = run_command(_with_python(item["check"]), root, self.sandbox, SANDBOX_ROOT)
-        out = {"command": item["check"], "exit_code": result.exit_code, "timed_out": result.timed_out,
-               "result": result.summary(), "output": stable(head_and_tail(result.output, 4_000))}
-        if not result.timed_out:  # a check that ran out of time may pass on a quieter machine
-            with self._lock:
-                self._checks[key] = out
-        return dict(out)
+        """The check's result on the finished workspace (`checking.Checker`)."""
+        return self.checker.check(root, item)
 
     def reflection_view(self, trajectory: Any) -> dict[str, Any]:
         view = super().reflection_view(trajectory)
@@ -348,26 +339,6 @@ class WorkspaceEnv(ToolEnv):
     def check_solution(self, item: dict[str, Any], files: dict[str, str]) -> dict[str, Any]:
         """The check's result on the starting workspace with `files` written over it (tests use it to show
         that a reference solution passes)."""
-        with tempfile.TemporaryDirectory(prefix="skillstate-ws-") as tmp:
-            root = Path(tmp) / "workspace"
-            write_files(root, {**item["files"], **files})
-            return self._check(root, item)
-
-
-def _soft(output: str, default: float) -> float:
-    """A last output line `{"score": x}` (x in [0, 1]) is the soft score; else `default`."""
-    last = output.strip().splitlines()[-1:] if output.strip() else []
-    try:
-        data = json.loads(last[0]) if last else None
-    except ValueError:
-        return default
-    score = data.get("score") if isinstance(data, dict) else None
-    if isinstance(score, (int, float)) and not isinstance(score, bool) and 0.0 <= score <= 1.0:
-        return float(score)
-    return default
-
-
-def _with_python(command: str) -> str:
-    """`{python}` in a check stands for the Python that runs skillstate (it has pytest); `python` on the agent's
-    PATH is that Python too (see `run_command`)."""
-    return command.replace("{python}", sys.executable)
+        with self.workspace() as box:
+            write_files(box.root, {**item["files"], **files})
+            return self._check(box.root, item)

@@ -4,8 +4,8 @@ The rollout installs the skills, starts the journaling proxy, runs the agent in 
 bubblewrap, behind the bridge; without a sandbox, pointed at the proxy's local port), removes the
 installed skills and scores the workspace with the task's check. The trajectory holds the agent's
 event stream, each model call it made through the proxy, the conversation as the model last saw it
-(its tool calls, with their outputs, are the analysts' steps), the diff, the changed files (what
-`replay --verify` checks again) and the check's result.
+(its tool calls, with their outputs, are the analysts' steps), the diff, the check's result, and the
+hash of the workspace's record (`workspace_record`: what `replay --verify` runs the check on again).
 
 What holds on a crash: a rollout becomes an event only when it has finished, so a crash re-runs the
 rollouts that had not; the calls they made were journaled when they were paid, so they stay counted;
@@ -37,11 +37,13 @@ from skillstate.envs.workspace.harness import (
 )
 from skillstate.envs.workspace.proxy.server import AgentProxy
 from skillstate.envs.workspace.sandbox import run_sandboxed
+from skillstate.envs.workspace.workspace_record import BadRecord, rebuild, record_workspace
 from skillstate.skilltree.bundle import is_bundle, unbundle
 from skillstate.skilltree.frontmatter import front_matter_or_none
 
 AGENT_OUTPUT = 400_000  # characters of an agent's output read (its event stream)
-MAX_FINAL_CHARS = 2_000_000  # characters of the changed files a trajectory keeps (verification re-checks them)
+MAX_FINAL_CHARS = 2_000_000  # the bound of the changed files a trajectory held inline before workspace records
+SHOWN_PATHS = 200  # changed and removed paths the trajectory names (the record holds them all)
 DEFAULT_NAME = "project-skill"
 
 
@@ -132,26 +134,11 @@ def _socket_path(tmp: Path) -> tuple[Path, Path | None]:
     return short / "proxy.sock", short
 
 
-def _final_files(final: dict[str, str], item: dict[str, Any]) -> tuple[dict[str, str], bool]:
-    """The files the agent changed or added (what verification writes over the starting workspace), up to
-    MAX_FINAL_CHARS in all; and whether they all fit."""
-    changed = {p: t for p, t in final.items() if item["files"].get(p) != t}
-    if sum(len(t) for t in changed.values()) <= MAX_FINAL_CHARS:
-        return changed, True
-    kept, total = {}, 0
-    for p, t in changed.items():
-        if total + len(t) > MAX_FINAL_CHARS:
-            continue
-        kept[p] = t
-        total += len(t)
-    return kept, False
-
-
-def external_rollout(env: Any, tmp: Path, root: Path, skill: str, item: dict[str, Any],
-                     complete: Complete) -> RolloutOutcome:
-    from skillstate.envs.workspace.env import SANDBOX_ROOT
+def external_rollout(env: Any, box: Any, skill: str, item: dict[str, Any], complete: Complete) -> RolloutOutcome:
+    from skillstate.envs.workspace.checking import SANDBOX_ROOT
 
     h = env.harness
+    root = box.root
     skills = installed_skills(env, skill)
     names = [name for name, _files in skills]
     where = h.installs_at()
@@ -159,7 +146,8 @@ def external_rollout(env: Any, tmp: Path, root: Path, skill: str, item: dict[str
     task = env.task_message(item)
     settings = env.sandbox.model_copy(update={"memory_mb": h.memory_mb})
     sandboxed = settings.kind == "bwrap"
-    socket_path, short = _socket_path(tmp)
+    watch = None if box.mounted else box.passed
+    socket_path, short = _socket_path(box.folder)
     try:
         with AgentProxy(complete, socket_path if sandboxed else None) as proxy:
             if sandboxed:
@@ -169,26 +157,29 @@ def external_rollout(env: Any, tmp: Path, root: Path, skill: str, item: dict[str
                 result = proxy.run_while(lambda: run_sandboxed(
                     argv, root, settings, SANDBOX_ROOT, env=how.env, stdin=how.stdin,
                     binds={str(socket_path): PROXY_SOCKET}, shown=shown_paths(h), wall_seconds=h.wall_seconds,
-                    max_output=AGENT_OUTPUT, stop=proxy.stop))
+                    max_output=AGENT_OUTPUT, stop=proxy.stop, address_mb=h.address_space_mb, watch=watch))
             else:
-                private = tmp / "private"
+                private = box.folder / "private"
                 how = launch(h, task, proxy.base_url, str(private), where, proxy.key)
                 for folder in _own_dirs(how.env, str(private)):
                     Path(folder).mkdir(parents=True, exist_ok=True)
                 result = proxy.run_while(lambda: run_sandboxed(
                     how.argv, root, settings, None, env=how.env, stdin=how.stdin, wall_seconds=h.wall_seconds,
-                    max_output=AGENT_OUTPUT, stop=proxy.stop))
+                    max_output=AGENT_OUTPUT, stop=proxy.stop, address_mb=h.address_space_mb, watch=watch))
     finally:
         if short is not None:
             shutil.rmtree(short, ignore_errors=True)
     if proxy.raised is not None:  # the run stopped taking calls (its budget, a fatal endpoint): not this rollout's
         raise proxy.raised
+    passed = None if result.limit else box.passed()
     _remove_installed(root, where, names, item)
     events, log = read_events(result.output)
     answer = next((m.get("content") for m in reversed(proxy.conversation) if m.get("role") == "assistant"
                    and m.get("content")), None)
     if proxy.failure is not None:
         reason = f"rollout_error: {proxy.failure}"
+    elif result.limit or passed:
+        reason = f"sandbox_limit: {result.summary() if result.limit else f'the workspace reached its {passed} MB'}"
     elif result.timed_out:
         reason = f"harness_timeout: the agent ran past {h.wall_seconds:g} s"
     elif result.exit_code != 0:
@@ -197,47 +188,60 @@ def external_rollout(env: Any, tmp: Path, root: Path, skill: str, item: dict[str
         reason = "harness_failed: the agent made no model call"
     else:
         reason = ""
-    final = snapshot(root)  # before the check writes its own files
-    changed, complete_record = _final_files(final, item)
-    removed = sorted(p for p in item["files"] if p not in final)
+    record = record_workspace(root, item["files"], env.max_record_mb * 1024 * 1024)  # before the check's files
     hard, soft, reason, diff, check = env.judge(root, item, reason)
     trajectory = {"kind": "workspace", "harness": h.kind, "item_id": item["id"], "task": item["instruction"],
                   "answer": answer, "success": hard >= 1.0, "fail_reason": reason, "steps": _steps(proxy.conversation),
                   "messages": proxy.conversation, "events": events, "log": log, "exchanges": proxy.exchanges,
-                  "exit": result.summary(), "diff": diff, "final_files": changed,
-                  "final_files_complete": complete_record, "removed_files": removed, "check": check,
-                  "skills_installed": names}
+                  "exit": result.summary(), "diff": diff, "workspace": record.hash,
+                  "workspace_bytes": record.size, "final_files_complete": record.complete,
+                  "changed_files": record.changed[:SHOWN_PATHS], "changed_count": len(record.changed),
+                  "removed_files": record.removed[:SHOWN_PATHS], "check": check, "skills_installed": names}
     return RolloutOutcome(hard=hard, soft=soft, fail_reason=reason, prediction=clip(str(answer or ""), 500),
                           task_type=item.get("task_type", ""), calls=list(proxy.calls), trajectory=trajectory,
-                          turns=len(proxy.calls))
+                          turns=len(proxy.calls), blobs=record.blobs)
 
 
-def check_recorded(env: Any, item: dict[str, Any], trajectory: Any, result: Any) -> str | None:
+def check_recorded(env: Any, item: dict[str, Any], trajectory: Any, result: Any, blob: Any = None) -> str | None:
     """What does not hold in a recorded harness rollout (verification; None when it all does): the trajectory
-    must be this item's, with one proxy exchange per recorded call; the final workspace it records (the
-    starting files, the changed ones written over them, the removed ones gone) must give the recorded diff,
-    and the task's check, run again on it, the recorded result and score."""
+    must be this item's, with one proxy exchange per recorded call; the final workspace it records must give the
+    recorded diff, and the task's check, run again on it, the recorded result and score (`outcome_of`, the rule
+    the rollout scored by)."""
+    from skillstate.envs.workspace.checking import outcome_of
 
-    if not isinstance(trajectory, dict) or trajectory.get("item_id") != item["id"] or "final_files" not in trajectory:
+    if not isinstance(trajectory, dict) or trajectory.get("item_id") != item["id"] or (
+            "final_files" not in trajectory and "workspace" not in trajectory):
         return "its trajectory is not a harness rollout of this item"
     if not trajectory.get("final_files_complete", True):
-        return ("the agent changed more than the trajectory keeps (MAX_FINAL_CHARS), so the check cannot be run "
-                "again on its final workspace")
+        return (f"the agent left more than the record keeps ({trajectory.get('workspace_bytes', 0):,} bytes of "
+                "changed files, names and links; env_config.max_record_mb), so the check cannot be run again on "
+                "its final workspace")
     if len(trajectory.get("exchanges") or []) != len(result.calls):
         return (f"its trajectory records {len(trajectory.get('exchanges') or [])} model calls, its event "
                 f"{len(result.calls)}")
-    files = {p: t for p, t in item["files"].items() if p not in set(trajectory.get("removed_files") or [])}
-    files.update(trajectory["final_files"])
-    if diff_of(item["files"], files, env.max_diff_chars) != trajectory.get("diff"):
-        return "its diff is not that of the final workspace it records"
     with tempfile.TemporaryDirectory(prefix="skillstate-verify-") as tmp:
         root = Path(tmp) / "workspace"
-        write_files(root, files)
+        try:
+            if "workspace" in trajectory:
+                if blob is None:
+                    return "the workspace record cannot be read here"
+                root.mkdir()
+                rebuild(root, item["files"], blob(trajectory["workspace"]), blob)
+            else:  # a log written before workspace records: the changed files' texts are in the trajectory
+                files = {p: t for p, t in item["files"].items() if p not in set(trajectory.get("removed_files") or [])}
+                files.update(trajectory["final_files"])
+                write_files(root, files)
+        except (BadRecord, OSError, UnicodeError, KeyError, ValueError) as err:
+            return f"its workspace record cannot be rebuilt: {err}"
+        if diff_of(item["files"], snapshot(root), env.max_diff_chars) != trajectory.get("diff"):
+            return "its diff is not that of the final workspace it records"
         check = env._check(root, item)
     recorded = trajectory.get("check") or {}
-    if check["exit_code"] != recorded.get("exit_code"):
-        return f"the check now gives {check['result']}, the log {recorded.get('result')}"
-    passed = check["exit_code"] == 0 and not str(result.fail_reason).startswith("rollout_error")
-    if passed != (result.hard >= 1.0):
-        return f"the check {'passes' if passed else 'fails'} but the event scores it {result.hard:g}"
+    if check["exit_code"] != recorded.get("exit_code") or check.get("passed") != recorded.get(
+            "passed", check.get("passed")):
+        return f"the check now gives {check.get('report') or check['result']}, the log " \
+               f"{recorded.get('report') or recorded.get('result')}"
+    hard = outcome_of(check, str(result.fail_reason))[0]
+    if hard != result.hard:
+        return f"the check {'passes' if hard else 'fails'} but the event scores it {result.hard:g}"
     return None

@@ -108,10 +108,13 @@ class HarnessSettings(BaseModel):
     skills_dir: str | None = Field(None, description="Where the skills are installed in the workspace (default: "
                                                      "where the agent looks; .agents/skills for command).")
     wall_seconds: float = Field(600.0, gt=0, le=24 * 3600, description="Kill the agent after this long (seconds).")
-    memory_mb: int = Field(32_768, ge=256, le=1_048_576,
-                           description="The agent's address space (MB). It bounds what the agent reserves, not what it "
-                                       "uses: Node.js reserves many GB for WebAssembly (its HTTP client), so a Node "
-                                       "CLI's requests fail below about 32 GB.")
+    memory_mb: int = Field(4096, ge=256, le=1_048_576,
+                           description="Memory the agent may use (MB), its in-memory folders included: in a memory "
+                                       "cgroup, where the driver can make one (root).")
+    address_space_mb: int = Field(32_768, ge=256, le=1_048_576,
+                                  description="The agent's address space (MB): what it may reserve, not what it uses. "
+                                              "Node.js reserves many GB for WebAssembly (its HTTP client), so a Node "
+                                              "CLI's requests fail below about 32 GB.")
     model: str | None = Field(None, description="The model name the agent is given (the proxy answers with the "
                                                 "run's target model whatever the agent names); default: one the "
                                                 "agent accepts (sonnet for Claude Code, else skillstate).")

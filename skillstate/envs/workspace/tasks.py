@@ -10,8 +10,9 @@ Four kinds of task, eight of each, where knowing the project's ways decides the 
 - `export`: a new public helper; public names are exported from `tally/__init__.py` and listed in
   `__all__`, which the check imports.
 
-Every item holds its starting files, the instruction, the check (a command and the test files written
-into the workspace just before it runs), and a reference `solution` (the files it changes), which
+Every item holds its starting files, the instruction, the check (a command, the test files written
+into the workspace just before it runs, and its JUnit report), and a reference `solution` (the files it
+changes), which
 the tests check passes, and which the sim's coding agent writes when the skill tells it the way.
 """
 
@@ -132,8 +133,11 @@ BASE = {"tally/__init__.py": INIT, "tally/money.py": MONEY, "tally/ledger.py": L
 PROJECT_TESTS = {"tests/test_money.py": TEST_MONEY, "tests/test_ledger.py": TEST_LEDGER}
 # pytest isolated from what the agent may have added: no conftest.py, no config file, no module of the
 # workspace imported before the tests (a pytest.py there would stand in for pytest); `tally` is found through
-# the pythonpath option.
-PYTEST = "{python} -I -m pytest -q -p no:cacheprovider --noconftest -c /dev/null --rootdir . -o pythonpath=\"$PWD\""
+# the pythonpath option. It proves it ran: its JUnit report, written where the agent cannot write, must list
+# every test of the check's files as passed (`check_report: junit`), so code that ends pytest early with exit
+# code 0 (`os._exit(0)` on import) fails.
+PYTEST = ("{python} -I -m pytest -q -p no:cacheprovider --noconftest -c /dev/null --rootdir . "
+          "-o pythonpath=\"$PWD\" --junitxml={report}")
 
 # bugfix: (file, the correct line, the buggy line, what the user reports)
 BUGS = [
@@ -246,7 +250,8 @@ def _bugfix(n: int) -> dict[str, Any]:
     return {"id": f"bugfix-{n + 1:02d}", "task_type": "bugfix",
             "instruction": f"A user reports a bug: {report} Find the cause and fix it.",
             "files": {**BASE, path: broken}, "solution": {path: BASE[path]},
-            "check": PYTEST + " " + " ".join(sorted(PROJECT_TESTS)), "check_files": PROJECT_TESTS}
+            "check": PYTEST + " " + " ".join(sorted(PROJECT_TESTS)), "check_files": PROJECT_TESTS,
+            "check_report": "junit"}
 
 
 def _money(n: int) -> dict[str, Any]:
@@ -260,7 +265,8 @@ def _money(n: int) -> dict[str, Any]:
             "instruction": f"Add a function `{signature}` to tally/money.py: {doc}.",
             "files": dict(BASE), "solution": {"tally/money.py": MONEY + code + body},
             "wrong": {"tally/money.py": MONEY + code + float_body},
-            "check": PYTEST + f" tests/test_{name}.py", "check_files": {f"tests/test_{name}.py": test}}
+            "check": PYTEST + f" tests/test_{name}.py", "check_files": {f"tests/test_{name}.py": test},
+            "check_report": "junit"}
 
 
 def _command(n: int) -> dict[str, Any]:
@@ -273,7 +279,8 @@ def _command(n: int) -> dict[str, Any]:
             "instruction": f"Add a `{name}` command to the tally command line that returns {what}.",
             "files": dict(BASE), "solution": {"tally/commands.py": solution},
             "wrong": {f"tally/cli_{name}.py": wrong},
-            "check": PYTEST + f" tests/test_cmd_{name}.py", "check_files": {f"tests/test_cmd_{name}.py": test}}
+            "check": PYTEST + f" tests/test_cmd_{name}.py", "check_files": {f"tests/test_cmd_{name}.py": test},
+            "check_report": "junit"}
 
 
 def _export(n: int) -> dict[str, Any]:
@@ -290,7 +297,8 @@ def _export(n: int) -> dict[str, Any]:
             "instruction": f"Add a public helper `{name}` to {module}: {what}. Users import it from the package.",
             "files": dict(BASE), "solution": {module: changed, "tally/__init__.py": init},
             "wrong": {module: changed},
-            "check": PYTEST + f" tests/test_api_{name}.py", "check_files": {f"tests/test_api_{name}.py": test}}
+            "check": PYTEST + f" tests/test_api_{name}.py", "check_files": {f"tests/test_api_{name}.py": test},
+            "check_report": "junit"}
 
 
 def bundled_tasks() -> list[dict[str, Any]]:
