@@ -161,9 +161,12 @@ def test_a_recorded_workspace_the_check_disagrees_with_is_found(command_run, tmp
     changed = copy.deepcopy(trajectory)
     changed["workspace"] = record.hash
     changed["diff"] = _diff(item["files"], other, env.max_diff_chars)
-    assert "the check now gives" in env.check_recorded(item, changed, recorded, lambda h: blobs.get(h) or store.get_blob(h))
+    def blob(h):
+        return blobs.get(h) or store.get_blob(h)
+
+    assert "the check now gives" in env.check_recorded(item, changed, recorded, blob)
     changed["diff"] = "--- something else"
-    assert "diff" in env.check_recorded(item, changed, recorded, lambda h: blobs.get(h) or store.get_blob(h))
+    assert "diff" in env.check_recorded(item, changed, recorded, blob)
     assert "model calls" in env.check_recorded(item, trajectory, SimpleNamespace(**{**vars(recorded), "calls": []}),
                                                store.get_blob)
 

@@ -124,12 +124,10 @@ def _own_dirs(env: dict[str, str], private: str) -> set[str]:
     return {v for v in env.values() if v.startswith(private.rstrip("/") + "/")}
 
 
-def _socket_path(tmp: Path) -> tuple[Path, Path | None]:
-    """Where the proxy's socket goes: in the rollout's folder, or (a TMPDIR too long for a socket's path) in
-    a short folder of its own under /tmp, returned second to be removed."""
-    path = tmp / "proxy.sock"
-    if len(str(path)) < 100:
-        return path, None
+def _socket_path() -> tuple[Path, Path]:
+    """Where the proxy's socket goes: a short folder of its own under /tmp (a socket's path is short, and its
+    folder's name, which the sandbox's mount table shows, names nothing of the rollout's), returned second to
+    be removed."""
     short = Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp"))
     return short / "proxy.sock", short
 
@@ -147,7 +145,7 @@ def external_rollout(env: Any, box: Any, skill: str, item: dict[str, Any], compl
     settings = env.sandbox.model_copy(update={"memory_mb": h.memory_mb})
     sandboxed = settings.kind == "bwrap"
     watch = None if box.mounted else box.passed
-    socket_path, short = _socket_path(box.folder)
+    socket_path, short = _socket_path()
     try:
         with AgentProxy(complete, socket_path if sandboxed else None) as proxy:
             if sandboxed:
@@ -167,8 +165,7 @@ def external_rollout(env: Any, box: Any, skill: str, item: dict[str, Any], compl
                     how.argv, root, settings, None, env=how.env, stdin=how.stdin, wall_seconds=h.wall_seconds,
                     max_output=AGENT_OUTPUT, stop=proxy.stop, address_mb=h.address_space_mb, watch=watch))
     finally:
-        if short is not None:
-            shutil.rmtree(short, ignore_errors=True)
+        shutil.rmtree(short, ignore_errors=True)
     if proxy.raised is not None:  # the run stopped taking calls (its budget, a fatal endpoint): not this rollout's
         raise proxy.raised
     passed = None if result.limit else box.passed()
