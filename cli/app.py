@@ -26,7 +26,7 @@ from skillstate.errors import (
     UserError,
     clip,
 )
-from skillstate.util import DEFAULT_DB, parse_step
+from skillstate.util import DEFAULT_DB, parse_step, redact
 
 
 class CLIError(click.ClickException):
@@ -73,8 +73,9 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return self._invoke(ctx)
-        except click.ClickException as err:  # every error line, click's own too: long echoed input is cut
-            object.__setattr__(err, "message", clip(err.message))  # (click declares it Final)
+        except click.ClickException as err:  # every error line, click's own too: long echoed input is cut, and
+            # the run's keys (an endpoint may quote them) and URL credentials are masked
+            object.__setattr__(err, "message", clip(redact(err.message)))  # (click declares it Final)
             raise
 
     def _invoke(self, ctx: click.Context) -> Any:

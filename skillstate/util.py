@@ -6,6 +6,7 @@ import hashlib
 import json
 import random
 import re
+import threading
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -106,8 +107,31 @@ def chunked(items: list[T], size: int) -> list[list[T]]:
 _URL_CRED_RE = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 _SECRET_RE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|Bearer\s+[A-Za-z0-9_\-.=]{8,})")
 
+# The secrets this process holds (each role's API key, registered where it is read), masked by `redact`
+# whatever their shape: an endpoint's error may quote the key it was sent. Shorter strings are not
+# registered: a key like `local` (any value for a server without auth) would shred every text it is in.
+MIN_SECRET_CHARS = 8
+_secrets: set[str] = set()
+_secrets_re: re.Pattern[str] | None = None
+_secrets_lock = threading.Lock()
+
+
+def register_secret(value: str | None) -> None:
+    """Have `redact` mask `value` from now on, in this process (nothing when it is shorter than
+    MIN_SECRET_CHARS characters, or blank)."""
+    global _secrets_re
+    value = (value or "").strip()
+    if len(value) < MIN_SECRET_CHARS or value in _secrets:
+        return
+    with _secrets_lock:
+        _secrets.add(value)
+        longest_first = sorted(_secrets, key=len, reverse=True)  # a key inside another is masked with it
+        _secrets_re = re.compile("|".join(re.escape(s) for s in longest_first))
+
 
 def redact(text: str) -> str:
-    """Mask credentials in URLs and API-key-looking tokens."""
+    """Mask credentials in URLs, API-key-looking tokens and every secret registered (`register_secret`)."""
+    if _secrets_re is not None:
+        text = _secrets_re.sub("***", text)
     text = _URL_CRED_RE.sub(lambda m: m.group("scheme") + "***@", text)
     return _SECRET_RE.sub("***", text)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from skillstate.log.events import CallRef
-from skillstate.util import canonical_json, hash_value, ordered_json
+from skillstate.util import canonical_json, hash_value, ordered_json, redact
 
 
 @dataclass(frozen=True)
@@ -144,12 +144,20 @@ class CallResult:
         return self.error is None
 
 
-class FatalLLMError(Exception):
+class MaskedError(Exception):
+    """An error whose message is stored and shown: the credentials in it are masked when it is made
+    (`skillstate.util.redact`: the run's keys, whatever their shape, as an endpoint may quote them)."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
+
+
+class FatalLLMError(MaskedError):
     """A failure no retry or other request will fix (bad key, unknown model,
     a server that does not speak the chat completions API): the run stops."""
 
 
-class CallFailed(Exception):
+class CallFailed(MaskedError):
     """One call failed for good: retries ran out (timeout, dropped connection,
     429 or 5xx) or the reply was unusable (malformed body, empty or truncated
     optimizer reply). Its message is what the call table and the events record."""

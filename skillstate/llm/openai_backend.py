@@ -24,7 +24,7 @@ from openai._legacy_response import RAW_RESPONSE_HEADER
 from skillstate.config import ModelConfig, redact
 from skillstate.errors import UserError
 from skillstate.llm.base import CallFailed, ChatRequest, ChatResponse, FatalLLMError, ToolCall
-from skillstate.util import first_line, hash_value
+from skillstate.util import first_line, hash_value, register_secret
 
 DEFAULT_AZURE_API_VERSION = "2024-10-21"
 
@@ -39,8 +39,10 @@ def retried(status: int) -> bool:
 
 def api_key(cfg: ModelConfig, role: str) -> str:
     """The role's API key, from its environment variable; a UserError when
-    it is unset, or when an Azure endpoint has no base_url."""
+    it is unset, or when an Azure endpoint has no base_url. The key is
+    registered as a secret: `redact` masks it from then on, whatever its shape."""
     key = os.environ.get(cfg.api_key_env)
+    register_secret(key)
     if not key:
         raise UserError(
             f"backend openai needs an API key for the {role}: set {cfg.api_key_env} "

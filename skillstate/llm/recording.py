@@ -206,7 +206,9 @@ class RecordingClient:
 
     def record(self, model: str, h: str, body: str, resp: ChatResponse | None, error: str | None,
                latency_ms: float) -> CallResult:
-        """Journal one sent request's outcome (sent here, or by a Ray worker) and count it."""
+        """Journal one sent request's outcome (sent here, or by a Ray worker) and count it; an error is
+        journaled and returned with its credentials masked."""
+        error = redact(error) if error is not None else None
         pt, ct = (resp.prompt_tokens, resp.completion_tokens) if resp is not None else (0, 0)
         checked = self.index is not None
         response = canonical_json(resp.to_dict()) if resp is not None else None

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine
 
 from skillstate.storage.call_index import hash_key
 from skillstate.storage.schema import llm_calls
-from skillstate.util import canonical_json
+from skillstate.util import canonical_json, redact
 
 
 def utc_now() -> dt.datetime:
@@ -162,12 +162,12 @@ def _call_row(row: Any) -> CallRow | None:
 def _new_row(*, run_id: str, role: str, request_hash: str, model: str, request: dict[str, Any] | str,
              response: dict[str, Any] | str | None, prompt_tokens: int, completion_tokens: int, latency_ms: float,
              error: str | None) -> dict[str, Any]:
-    """A call row as inserted (`created_at` is set when it is queued)."""
+    """A call row as inserted (`created_at` is set when it is queued); its error with credentials masked."""
     return dict(run_id=run_id, role=role, request_hash=request_hash, model=model,
                 request=request if isinstance(request, str) else canonical_json(request),
                 response=canonical_json(response) if isinstance(response, dict) else response,
                 prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_ms=latency_ms,
-                error=error, ok=error is None)
+                error=redact(error) if error is not None else None, ok=error is None)
 
 
 class CallJournal:

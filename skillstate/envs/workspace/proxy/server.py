@@ -41,6 +41,7 @@ from skillstate.envs.workspace.proxy.protocols import (
     error_body,
 )
 from skillstate.llm.base import CallResult
+from skillstate.util import redact
 
 KEY_PREFIX = "skillstate-proxy-"  # the agent's key: made for one rollout, good for its proxy alone, never the run's
 MAX_BODY = 64 * 1024 * 1024
@@ -176,19 +177,20 @@ class AgentProxy:
                 self.raised = self.raised or err
             self.stop.set()
             return 400, error_body(api, "the run stopped taking calls", "api_error")
+        error = redact(result.error) if result.error else None  # masked in the journal already; never the key
         with self._lock:
             self.calls.append(result)
             self.exchanges.append({"api": api, "stream": parsed.stream, "messages": len(parsed.messages),
                                    "tools": len(parsed.tools), "text": result.text,
-                                   "tool_calls": [c.to_dict() for c in result.tool_calls], "error": result.error})
+                                   "tool_calls": [c.to_dict() for c in result.tool_calls], "error": error})
             reply: dict[str, Any] = {"role": "assistant", "content": result.text}
             if result.tool_calls:
                 reply["tool_calls"] = [c.to_message() for c in result.tool_calls]
             self.conversation = [*parsed.messages, reply]
-            if result.error and self.failure is None:
-                self.failure = result.error
-        if result.error:  # 400, not 5xx: the run's client already retried, and the agent should not
-            return 400, error_body(api, f"the model call failed: {result.error}", "api_error")
+            if error and self.failure is None:
+                self.failure = error
+        if error:  # 400, not 5xx: the run's client already retried, and the agent should not
+            return 400, error_body(api, f"the model call failed: {error}", "api_error")
         return 200, WRITERS[api](result, parsed)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
