@@ -147,7 +147,7 @@ def external_rollout(env: Any, box: Any, skill: str, item: dict[str, Any], compl
     watch = None if box.mounted else box.passed
     socket_path, short = _socket_path()
     try:
-        with AgentProxy(complete, socket_path if sandboxed else None) as proxy:
+        with AgentProxy(complete, socket_path if sandboxed else None, max_body=h.proxy_max_body_mb << 20) as proxy:
             if sandboxed:
                 how = launch(h, task, f"http://127.0.0.1:{PROXY_PORT}/v1", "/tmp", where, proxy.key)
                 dirs = ":".join(sorted(_own_dirs(how.env, "/tmp")))

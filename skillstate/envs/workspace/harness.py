@@ -115,6 +115,10 @@ class HarnessSettings(BaseModel):
                                   description="The agent's address space (MB): what it may reserve, not what it uses. "
                                               "Node.js reserves many GB for WebAssembly (its HTTP client), so a Node "
                                               "CLI's requests fail below about 32 GB.")
+    proxy_max_body_mb: int = Field(16, ge=1, le=1024,
+                                   description="The largest request body the journaling proxy takes from the agent "
+                                               "(MB; a larger one is answered 413). An agent CLI's requests, its whole "
+                                               "conversation and tools each time, are a few MB at most.")
     model: str | None = Field(None, description="The model name the agent is given (the proxy answers with the "
                                                 "run's target model whatever the agent names); default: one the "
                                                 "agent accepts (sonnet for Claude Code, else skillstate).")

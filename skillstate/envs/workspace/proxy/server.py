@@ -14,18 +14,31 @@ given one made for its rollout (the proxy refuses any other), and the run's own 
 driver. A target call that failed is answered with an error in the agent's API and marks the rollout
 failed; an exception the call raised (the run's budget ran out, the endpoint is unusable) stops the
 agent, and is raised again in the rollout.
+
+The agent is not trusted with the driver's resources (`ProxyLimits`): past `connections` at once a
+connection is answered 503 and closed where it is accepted, with no thread of its own; a request's line
+and headers must arrive within `header_seconds` and `header_bytes` (else 408 or 431), its body within
+`body_seconds` and `max_body` (else 408 or 413, refused on its declared length before it is read); one
+request's body at a time is read and held (a second waits its turn); an answer the agent does not take
+within `send_seconds` is dropped. Whatever the agent does, nothing is printed and nothing is raised in the
+driver: a client that hangs up before its answer is not an error.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import queue
+import re
 import secrets
+import socket
 import socketserver
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -44,11 +57,28 @@ from skillstate.llm.base import CallResult
 from skillstate.util import redact
 
 KEY_PREFIX = "skillstate-proxy-"  # the agent's key: made for one rollout, good for its proxy alone, never the run's
-MAX_BODY = 64 * 1024 * 1024
+MB = 1024 * 1024
+# A request body's size by default (`harness.proxy_max_body_mb`): an agent CLI sends its whole conversation
+# with its tools' schemas each time, a few MB at most; a model's context window is far smaller.
+MAX_BODY = 16 * MB
 MAX_OPEN_REQUESTS = 8  # requests one agent may have open at once (they are answered one at a time anyway)
+LINGER_BYTES = 64 * MB  # what is read and dropped of a refused request's body, so that its answer is not lost
+
+
+@dataclass(frozen=True)
+class ProxyLimits:
+    """What one agent may take of the driver through its proxy (the body's size is `AgentProxy`'s max_body)."""
+
+    connections: int = 32  # open at once (an agent CLI opens a few); past it: 503, closed, no thread started
+    header_bytes: int = 64 * 1024  # a request's line and headers (an agent's are a few KB); past it: 431
+    header_seconds: float = 30.0  # from the connection to the end of the headers; past it: 408
+    body_seconds: float = 120.0  # to read a body (16 MB over the loopback takes milliseconds); past it: 408
+    send_seconds: float = 60.0  # for the agent to take an answer; past it, the connection is dropped
+    linger_seconds: float = 2.0  # reading what remains of a refused request before the connection is closed
 
 Complete = Callable[..., CallResult]
 R = TypeVar("R")
+_WORD = re.compile(rb"\S+")
 
 
 def route(path: str) -> str | None:
@@ -63,23 +93,118 @@ def route(path: str) -> str | None:
     return None
 
 
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
+class _Expired(Exception):
+    """The time to read a request's head, or its body, is up."""
 
 
-class _TCPServer(ThreadingHTTPServer):
+class _TooLarge(Exception):
+    """A request's head is past `header_bytes`."""
+
+
+class _Reader(io.RawIOBase):
+    """A connection's read side, for a buffered reader: each read waits no later than the deadline of what
+    is being read (the request's head, then its body), and the head is read up to `allowance` bytes."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.deadline = time.monotonic()
+        self.allowance: int | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def expect(self, seconds: float, allowance: int | None = None) -> None:
+        """What comes next must be in within `seconds` (and `allowance` bytes, if given)."""
+        self.deadline, self.allowance = time.monotonic() + seconds, allowance
+
+    def readinto(self, buffer: Any) -> int:
+        if self.allowance is not None and self.allowance <= 0:
+            raise _TooLarge
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise _Expired
+        view = memoryview(buffer).cast("B")
+        if self.allowance is not None:
+            view = view[:self.allowance]
+        self.sock.settimeout(left)
+        try:
+            n = self.sock.recv_into(view)
+        except TimeoutError:
+            raise _Expired from None
+        if self.allowance is not None:
+            self.allowance -= n
+        return n
+
+
+def _busy(sock: socket.socket) -> None:
+    """Answer a connection past the bound 503 without waiting on it (the answer fits the socket's buffer)."""
+    data = json.dumps({"error": {"message": "too many connections at once", "type": "overloaded_error"}}).encode()
+    head = (f"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(data)}"
+            "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
+    try:
+        sock.setblocking(False)
+        sock.send(head + data)
+    except OSError:
+        pass
+
+
+class _Bounded(socketserver.ThreadingMixIn):
+    """A threading server that serves at most `slots` connections at once: one more is answered 503 and
+    closed in the accept path, where no thread is started for it. Nothing a client does prints anything."""
+
     daemon_threads = True
+    request_queue_size = 1024  # the listen backlog: a burst of connections waits to be accepted, none is dropped
+    slots: threading.BoundedSemaphore
+    failed = 0  # connections whose handling raised (the agent's own doing is handled before that)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            _busy(request)
+            cast(socketserver.BaseServer, self).shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: the slot is free again (the caller closes the connection)
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """socketserver prints a traceback here; a connection that failed is counted and closed."""
+        self.failed += 1
+
+
+class _UnixServer(_Bounded, socketserver.UnixStreamServer):
+    pass
+
+
+class _TCPServer(_Bounded, HTTPServer):
+    pass
 
 
 class AgentProxy:
     """One rollout's proxy: `calls` are the target calls it made, in order; `exchanges` what each request
-    was (its API, whether streamed) and what it got; `failure` the first failed call's error."""
+    was (its API, whether streamed) and what it got; `failure` the first failed call's error. A request
+    body is at most `max_body` bytes; `limits` bound the rest of what the agent may take."""
 
-    def __init__(self, complete: Complete, unix_path: Path | None = None):
+    def __init__(self, complete: Complete, unix_path: Path | None = None, *, max_body: int = MAX_BODY,
+                 limits: ProxyLimits | None = None):
         self.complete = complete
         self.key = KEY_PREFIX + secrets.token_hex(16)  # what the agent must send (a local user is not the agent)
         self.stop = threading.Event()  # set when the run stops taking calls: the agent is then stopped
+        self.max_body = max_body
+        self.limits = limits or ProxyLimits()
         self._open_requests = threading.BoundedSemaphore(MAX_OPEN_REQUESTS)
+        # One request's body is read and held at a time (a model request's until it is answered; they are
+        # answered one at a time anyway), and one count_tokens request's: what a body costs once parsed is
+        # many times its size, and it is not paid for each open request.
+        self._reading = threading.Lock()
+        self._counting = threading.Lock()
         self.calls: list[CallResult] = []
         self.exchanges: list[dict[str, Any]] = []
         self.failure: str | None = None
@@ -89,13 +214,21 @@ class AgentProxy:
         self._asked: queue.Queue[tuple[str, Any, list[Any], threading.Event]] = queue.Queue()
         self._open = True
         handler = self._handler()
+        server: _UnixServer | _TCPServer
         if unix_path is not None:
             self.unix_path: Path | None = unix_path
-            self.httpd: socketserver.BaseServer = _UnixServer(str(unix_path), handler)
+            server = _UnixServer(str(unix_path), handler)
         else:
             self.unix_path = None
-            self.httpd = _TCPServer(("127.0.0.1", 0), handler)
+            server = _TCPServer(("127.0.0.1", 0), handler)
+        server.slots = threading.BoundedSemaphore(self.limits.connections)
+        self.httpd: socketserver.BaseServer = server
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="agent-proxy", daemon=True)
+
+    @property
+    def failed_connections(self) -> int:
+        """Connections whose handling raised something other than the agent's own doing (none, but for a bug)."""
+        return cast(_Bounded, self.httpd).failed
 
     @property
     def base_url(self) -> str:
@@ -195,24 +328,79 @@ class AgentProxy:
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
+        limits = self.limits
 
         class Handler(BaseHTTPRequestHandler):
+            """One connection (one request: the answers are HTTP/1.0, so the connection closes after it). Every
+            write is guarded: an agent that hung up, or stopped reading, only loses its answer."""
+
+            reader: _Reader
+
+            def setup(self) -> None:
+                super().setup()
+                self.rfile.close()  # the socket file's reader: replaced by one with deadlines
+                self.reader = _Reader(self.connection)
+                self.rfile = io.BufferedReader(self.reader)
+
+            def handle_one_request(self) -> None:
+                self.reader.expect(limits.header_seconds, limits.header_bytes)
+                # what an answer refers to, should it be sent before the request line is in
+                self.requestline, self.request_version, self.command, self.path = "", "HTTP/1.0", "", ""
+                try:
+                    super().handle_one_request()
+                except _TooLarge:
+                    self._refuse(431, "the request's headers are too large", linger=True)
+                except _Expired:
+                    self._refuse(408, "the request took too long to arrive", linger=False)
+                except OSError:  # the agent hung up, or its connection broke: nobody to answer
+                    self.close_connection = True
+
             def address_string(self) -> str:  # a Unix socket's peer has no address
                 return "agent"
 
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def _json(self, code: int, body: dict[str, Any]) -> None:
+            def flush_headers(self) -> None:
+                """Every answer's first write: the agent has `send_seconds` to take it."""
+                self.connection.settimeout(limits.send_seconds)
+                super().flush_headers()
+
+            def _json(self, code: int, body: dict[str, Any], close: bool = False) -> None:
                 data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
                 try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    if close:
+                        self.send_header("Connection", "close")
+                    self.end_headers()
                     self.wfile.write(data)
                 except OSError:  # the agent hung up (it was stopped, or gave up waiting)
                     self.close_connection = True
+
+            def _refuse(self, code: int, message: str, linger: bool = True) -> None:
+                """Answer `code` and close the connection; with `linger`, read and drop what the agent still
+                sends of this request first (bounded), so that the answer reaches it rather than a reset."""
+                api = route(self.path) or CHAT
+                kind = {429: "rate_limit_error", 401: "authentication_error"}.get(code, "invalid_request_error")
+                self.close_connection = True
+                self._json(code, error_body(api, message, kind), close=True)
+                if linger:
+                    self._linger()
+
+            def _linger(self) -> None:
+                try:
+                    self.connection.shutdown(socket.SHUT_WR)
+                    until, left = time.monotonic() + limits.linger_seconds, LINGER_BYTES
+                    while left > 0 and time.monotonic() < until:
+                        self.connection.settimeout(max(0.001, until - time.monotonic()))
+                        data = self.connection.recv(min(left, 65536))
+                        if not data:
+                            break
+                        left -= len(data)
+                except OSError:
+                    pass
 
             def do_GET(self) -> None:
                 if not self._allowed():
@@ -226,14 +414,14 @@ class AgentProxy:
                 sent = self.headers.get("x-api-key") or self.headers.get("Authorization", "").partition(" ")[2]
                 if secrets.compare_digest(sent.strip().encode(), proxy.key.encode()):
                     return True
-                self._json(401, {"error": {"message": "not this rollout's key", "type": "authentication_error"}})
+                self._refuse(401, "not this rollout's key", linger=self.command == "POST")
                 return False
 
             def do_POST(self) -> None:
                 if not self._allowed():
                     return
                 if not proxy._open_requests.acquire(blocking=False):
-                    self._json(429, {"error": {"message": "too many requests at once", "type": "rate_limit_error"}})
+                    self._refuse(429, "too many requests at once")
                     return
                 try:
                     self._post()
@@ -243,42 +431,62 @@ class AgentProxy:
             def _post(self) -> None:
                 api = route(self.path)
                 if self.path.split("?", 1)[0].rstrip("/").endswith("/messages/count_tokens"):
-                    self._count_tokens()
+                    with proxy._counting:
+                        self._count_tokens()
                     return
                 if api is None:
-                    self._json(404, {"error": {"message": f"no route {self.path}"}})
+                    self._refuse(404, f"no route {self.path}")
                     return
+                with proxy._reading:  # the answer is written once the next request may be read
+                    answer = self._answer(api)
+                if answer is None:
+                    self._refuse(413, f"request too large (more than {proxy.max_body:,} bytes)")
+                    return
+                code, out = answer
+                if isinstance(out, dict):
+                    self._json(code, out)
+                else:
+                    self._stream(code, out)
+
+            def _answer(self, api: str) -> tuple[int, dict[str, Any] | list[bytes]] | None:
+                """The request's body read and answered; None when it is too large."""
                 raw = self._body()
                 if raw is None:
-                    self._json(413, error_body(api, "request too large"))
-                    return
+                    return None
                 try:
                     body = json.loads(raw or b"{}")
                 except (ValueError, RecursionError):
-                    self._json(400, error_body(api, "the body is not JSON"))
-                    return
-                code, out = proxy.ask(api, body)
-                if isinstance(out, dict):
-                    self._json(code, out)
-                    return
-                self.send_response(code)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.send_header("Connection", "close")
-                self.end_headers()
+                    return 400, error_body(api, "the body is not JSON")
+                del raw  # the parsed body alone is held while the call is made
+                return proxy.ask(api, body)
+
+            def _stream(self, code: int, chunks: list[bytes]) -> None:
+                """Server-sent events: all of them within `send_seconds`, or the rest is dropped."""
                 self.close_connection = True
                 try:
-                    for chunk in out:
+                    self.send_response(code)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Cache-Control", "no-cache")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    until = time.monotonic() + limits.send_seconds
+                    for chunk in chunks:
+                        left = until - time.monotonic()
+                        if left <= 0:
+                            return
+                        self.connection.settimeout(left)
                         self.wfile.write(chunk)
                     self.wfile.flush()
-                except OSError:  # the agent hung up
+                except OSError:  # the agent hung up, or stopped reading
                     pass
 
-            def _body(self) -> bytes | None:
-                """The request's body, sent with a Content-Length or chunked; None past MAX_BODY."""
+            def _body(self) -> bytes | bytearray | None:
+                """The request's body, sent with a Content-Length or chunked, within `body_seconds`; None past
+                `max_body` (refused on its declared length, or on the chunk that goes past it, before that is
+                read). Held once: read into one buffer, never joined from parts."""
+                self.reader.expect(limits.body_seconds)
                 if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-                    parts: list[bytes] = []
-                    size = 0
+                    body = bytearray()
                     while True:
                         line = self.rfile.readline(1024)
                         try:
@@ -290,27 +498,27 @@ class AgentProxy:
                         if n == 0:
                             while self.rfile.readline(1024).strip():  # trailers
                                 pass
-                            return b"".join(parts)
-                        size += n
-                        if size > MAX_BODY:
+                            return body
+                        if len(body) + n > proxy.max_body:
                             return None
-                        parts.append(self.rfile.read(n))
+                        body += self.rfile.read(n)
                         self.rfile.readline(8)  # the CRLF after the chunk
                 raw = (self.headers.get("Content-Length") or "0").strip()
                 if not raw.isdigit():  # a negative or unreadable length: no body
                     return b""
                 length = int(raw)
-                return None if length > MAX_BODY else self.rfile.read(length)
+                return None if length > proxy.max_body else self.rfile.read(length)
 
             def _count_tokens(self) -> None:
-                """Claude Code asks how long a prompt is: a word count is the estimate (no model call)."""
-                try:
-                    body = json.loads(self._body() or b"{}")
-                except (ValueError, RecursionError):
-                    body = {}
-                self._json(200, {"input_tokens": len(json.dumps(body).split())})
+                """Claude Code asks how long a prompt is: the body's word count is the estimate (no model call,
+                and nothing made of the body but the count)."""
+                raw = self._body()
+                if raw is None:
+                    self._refuse(413, f"request too large (more than {proxy.max_body:,} bytes)")
+                    return
+                self._json(200, {"input_tokens": sum(1 for _ in _WORD.finditer(raw))})
 
         return Handler
 
 
-__all__ = ["AgentProxy", "KEY_PREFIX", "route", "CHAT", "RESPONSES", "MESSAGES"]
+__all__ = ["AgentProxy", "KEY_PREFIX", "MAX_BODY", "ProxyLimits", "route", "CHAT", "RESPONSES", "MESSAGES"]
