@@ -34,7 +34,7 @@ from skillstate.envs.disclosure import installation_of_env
 from skillstate.errors import ConfigError, EnvFailure
 from skillstate.llm.base import ChatResponse, FatalLLMError
 from skillstate.llm.recording import RecordingClient
-from skillstate.util import first_line
+from skillstate.util import first_line, register_secret
 
 if TYPE_CHECKING:
     from skillstate.engine.context import RunContext
@@ -137,6 +137,7 @@ class RayExecutor:
         self.ctx = ctx
         connect(cfg)
         api_key = os.environ.get(cfg.target.api_key_env) if cfg.backend == "openai" else None
+        register_secret(api_key)  # masked in what the workers' errors bring back (the workers register it too)
         spec = WorkerSpec(env=cfg.env, env_config=dict(cfg.env_config or {}), splits=splits,
                           config=cfg.model_dump(mode="json"), prompts=dict(ctx.prompts), api_key=api_key,
                           installation=installation_of_env(ctx.env))
