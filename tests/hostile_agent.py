@@ -1,8 +1,8 @@
 """A hostile agent, as skillstate's `command` harness runs one (tests/test_hostile_agent.py).
 
-It tries every escape that once got through the sandbox, the proxy or the check, prints one JSON line per
-attempt (`{"probe": ..., "escaped": true|false, "detail": ...}`), fakes the task's check (a package that
-ends pytest with exit code 0 as soon as the tests import it), makes one model call through the proxy and
+It makes one model call through the proxy, tries every escape that once got through the sandbox, the proxy
+or the check, prints one JSON line per attempt (`{"probe": ..., "escaped": true|false, "detail": ...}`),
+fakes the task's check (a package that ends pytest with exit code 0 as soon as the tests import it) and
 exits 0. The test reads the lines back from the rollout's trajectory; none may say escaped.
 
     python hostile_agent.py TARGETS.json TASK
@@ -16,6 +16,9 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.parse
 import urllib.request
 
 
@@ -104,6 +107,39 @@ def limits() -> None:
     emit("fill /tmp past its bound", tmp.returncode == 0, tmp.stderr.decode()[-100:])
 
 
+def proxy() -> None:
+    """The proxy must hold: idle connections by the hundred, a body past its bound, clients that hang up before
+    their answer (the driver counts its threads and reads its own error output)."""
+    url = urllib.parse.urlparse(os.environ["OPENAI_BASE_URL"])
+    held = []
+    for _ in range(400):
+        try:
+            held.append(socket.create_connection((url.hostname, url.port), timeout=5))
+        except OSError:
+            break
+    time.sleep(2)
+    for s in held:
+        s.close()
+    emit("hold idle connections to the proxy", False, f"{len(held)} opened")
+    for _ in range(50):  # hang up before the 401
+        try:
+            s = socket.create_connection((url.hostname, url.port), timeout=5)
+            s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.close()
+        except OSError:
+            pass
+    big = b"{" + b" " * (40 * 1024 * 1024) + b"}"
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=big, headers={
+        "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(request, timeout=20)
+        emit("send a 40 MB body", True)
+    except urllib.error.HTTPError as err:
+        emit("send a 40 MB body", err.code not in (413, 503), f"HTTP {err.code}")
+    except OSError as err:  # the proxy closed the connection on it
+        emit("send a 40 MB body", False, str(err))
+
+
 def fake_the_check() -> None:
     """The tests import `tally`: end pytest there with exit code 0, before any test ran."""
     with open("tally/__init__.py", "a") as f:
@@ -122,13 +158,15 @@ def ask_the_model(task: str) -> None:
 def main(argv: list[str]) -> int:
     with open(argv[0]) as f:
         targets = json.load(f)
-    for probe in (kernel, lambda: files(targets), lambda: network(targets), limits):
+    task = argv[1] if len(argv) > 1 else sys.stdin.read()
+    ask_the_model(task)
+    fake_the_check()
+    for probe in (kernel, lambda: files(targets), lambda: network(targets), limits, proxy):
         try:
             probe()
         except Exception as err:  # noqa: BLE001 - a probe that breaks says so and the next one runs
             emit(f"probe crashed: {type(err).__name__}", False, str(err))
-    fake_the_check()
-    ask_the_model(argv[1] if len(argv) > 1 else sys.stdin.read())
+    ask_the_model(task)  # the proxy and the bridge held: the agent's own calls still go through
     return 0
 
 

@@ -5,6 +5,7 @@ faked check must fail, and the run must go on to a completed, audited, verified 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import sys
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import small_config
@@ -77,10 +79,20 @@ def hostile_run(tmp_path_factory):
     os.environ.update(OPENAI_API_KEY=KEY, HOME=str(home))
     cwd = os.getcwd()
     os.chdir(project)
+    peak, done = [threading.active_count()], threading.Event()
+
+    def count_threads() -> None:
+        while not done.wait(0.05):
+            peak.append(threading.active_count())
+
+    threading.Thread(target=count_threads, daemon=True).start()
+    said, sys.stderr = sys.stderr, io.StringIO()  # what the driver's threads print (a traceback, say)
     try:
         store = Store(f"sqlite:///{db}")
         Trainer(config, store=store, run_id="hostile").train()
     finally:
+        printed, sys.stderr = sys.stderr.getvalue(), said
+        done.set()
         os.chdir(cwd)
         server.shutdown()
         for k, v in old.items():
@@ -89,7 +101,7 @@ def hostile_run(tmp_path_factory):
             else:
                 os.environ[k] = v
     assert Path("/proc/sys/vm/swappiness").read_text() == swappiness
-    return store, db
+    return SimpleNamespace(store=store, db=db, peak_threads=max(peak), printed=printed)
 
 
 def trajectories(store: Store, run_id: str) -> list[dict]:
@@ -100,18 +112,23 @@ def trajectories(store: Store, run_id: str) -> list[dict]:
 
 
 def test_the_hostile_agent_escapes_nothing(hostile_run):
-    store, _db = hostile_run
+    store = hostile_run.store
     trajs = trajectories(store, "hostile")
     probes = [e for t in trajs for e in t["events"] if isinstance(e, dict) and "probe" in e]
     assert len({p["probe"] for p in probes}) >= 20, [t["log"] for t in trajs]
     escaped = [p for p in probes if p["escaped"]]
     assert not escaped, escaped
     assert not any(p["probe"].startswith("probe crashed") for p in probes), probes
-    assert any(p["probe"] == "model call" for p in probes)  # the proxy still served it
+    assert sum(p["probe"] == "model call" for p in probes) == 2 * len(trajs)  # before the probes and after
+
+
+def test_the_driver_stays_bounded_and_quiet_whatever_the_agent_sends(hostile_run):
+    assert hostile_run.peak_threads < 120, hostile_run.peak_threads  # 400 idle connections were held
+    assert "Traceback" not in hostile_run.printed, hostile_run.printed[-2000:]
 
 
 def test_its_faked_check_fails_and_verification_agrees(hostile_run):
-    store, _db = hostile_run
+    store = hostile_run.store
     trajs = trajectories(store, "hostile")
     assert trajs and all(not t["success"] for t in trajs)
     assert all("no report" in t["check"].get("report", "") for t in trajs), [t["check"] for t in trajs]
@@ -119,7 +136,7 @@ def test_its_faked_check_fails_and_verification_agrees(hostile_run):
 
 
 def test_the_run_went_on_and_holds_no_secret(hostile_run):
-    store, db = hostile_run
+    store, db = hostile_run.store, hostile_run.db
     from skillstate.engine.loading import load_run
 
     assert load_run(store, "hostile").state.completed

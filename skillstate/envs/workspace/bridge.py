@@ -3,8 +3,10 @@
 The sandbox has a network namespace of its own with only a loopback device, so the agent can reach
 nothing but what listens inside it. This program (standard library only: the sandbox hides
 skillstate's package, so it runs as `python -c SOURCE`) listens on 127.0.0.1:PORT, relays each
-connection to the proxy's socket bound into the sandbox, makes the directories the agent needs, and
-runs the agent's command, with its exit code as its own.
+connection to the proxy's socket bound into the sandbox (at most MAX_RELAYS at once, as the proxy
+serves no more; an agent that holds them all, or leaves the sandbox no thread to start, has its next
+connections closed, and the bridge goes on), makes the directories the agent needs, and runs the
+agent's command, with its exit code as its own.
 
     python -c SOURCE SOCKET PORT DIR[:DIR...] -- ARGV...
 """
@@ -36,24 +38,43 @@ def _relay(conn, path):
     upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         upstream.connect(path)
-    except OSError:
+        back = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
+        back.start()
+    except (OSError, RuntimeError):
         conn.close()
+        upstream.close()
         return
-    back = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
-    back.start()
     _pump(conn, upstream)
     back.join()
     conn.close()
     upstream.close()
 
 
+MAX_RELAYS = 32  # connections relayed at once (the proxy takes no more): past it a connection is closed
+
+
+def _relay_bounded(conn, path, slots):
+    try:
+        _relay(conn, path)
+    finally:
+        slots.release()
+
+
 def _serve(listener, path):
+    slots = threading.BoundedSemaphore(MAX_RELAYS)
     while True:
         try:
             conn, _ = listener.accept()
         except OSError:
             return
-        threading.Thread(target=_relay, args=(conn, path), daemon=True).start()
+        if not slots.acquire(blocking=False):  # the agent holds every relay already: not this one
+            conn.close()
+            continue
+        try:
+            threading.Thread(target=_relay_bounded, args=(conn, path, slots), daemon=True).start()
+        except RuntimeError:  # no thread left to the sandbox: this connection is refused, the next may pass
+            slots.release()
+            conn.close()
 
 
 def main(argv):
