@@ -26,9 +26,10 @@ test items, one repeat.
 
 The seed sweep (--seeds with more than one seed, or --sweep): both programs
 at each seed and in each world (--worlds: `clean`, the default sim world,
-and `noisy`, the sim's noisy mode at its moderate levels, `sim.noise:
-moderate`, played by the server for both), at the first latency (default
-0). It prints, per world and program, the mean, spread and range over the
+`noisy`, the sim's noisy mode at its moderate levels, `sim.noise:
+moderate`, and `blocking`, the same with lines that block another task
+type, `sim.noise: blocking`; played by the server for both), at the first
+latency (default 0). It prints, per world and program, the mean, spread and range over the
 seeds of the best skill's test score, the best val score, the val-to-test
 gap (best val minus its test) and the calls; then each seed's test scores
 side by side, and the goals of issue 21.
@@ -50,7 +51,7 @@ from typing import Any
 import yaml
 from contenders import KEY_ENV
 
-from skillstate.sim.noise import MODERATE, SimNoise
+from skillstate.sim.noise import BLOCKING, MODERATE, SimNoise
 from skillstate.sim.server import SimServer
 from skillstate.sim.world import SimWorld, bundled_skill, bundled_splits
 
@@ -61,7 +62,7 @@ SCHEDULE = {"epochs": 2, "batch_size": 40, "minibatch_size": 8, "edit_budget": 4
 FULL_SIZES = {"train": 120, "val": 60, "test": 60}
 SMOKE_SIZES = {"train": 40, "val": 24, "test": 24}
 SEED = 42
-WORLDS = {"clean": SimNoise(), "noisy": SimNoise(**MODERATE)}
+WORLDS = {"clean": SimNoise(), "noisy": SimNoise(**MODERATE), "blocking": SimNoise(**BLOCKING)}
 
 
 def prepare(work: Path, sizes: dict[str, int]) -> tuple[Path, Path, list[dict[str, Any]]]:
@@ -169,7 +170,7 @@ def anatomy(skill: str, world: SimWorld) -> dict[str, int]:
     """What a best skill holds: its length, its lines that break another task type (the noisy world's traps, or
     the sim's harmful rules), and the rules it states more than once (paraphrases)."""
     lines = [ln.lower() for ln in skill.splitlines()]
-    traps = [t.key for t in world.cross_harms] + [h.key for h in world.harms]
+    traps = [t.key for t in world.cross_harms] + [h.key for h in world.harms] + [b.key for b in world.blockers]
     keys = world.all_rule_keys()
     return {"chars": len(skill), "harmful": sum(1 for ln in lines if any(k in ln for k in traps)),
             "repeats": sum(max(0, sum(1 for ln in lines if k in ln) - 1) for k in keys)}
@@ -270,8 +271,8 @@ def main() -> None:
                         help="a skillstate config key for its runs, e.g. speculative_rollout=true (repeatable)")
     parser.add_argument("--seeds", default=None, help="comma-separated seeds: the seed sweep when more than one")
     parser.add_argument("--sweep", action="store_true", help="print the seed sweep's table even for one seed")
-    parser.add_argument("--worlds", default=None, help="clean and/or noisy, comma-separated (default clean; the "
-                                                       "sweep: noisy,clean)")
+    parser.add_argument("--worlds", default=None, help="clean, noisy and/or blocking, comma-separated (default "
+                                                       "clean; the sweep: noisy,clean)")
     parser.add_argument("--noise", default="moderate", metavar="moderate|KEY=VALUE,...",
                         help="the noisy world: the sim's moderate levels (default), or only the knobs given, e.g. "
                              "rank_noise=1,answer_noise=0.7 (the keys of sim.*, without the sim.)")
@@ -288,7 +289,7 @@ def main() -> None:
     sweep = args.sweep or len(seeds) > 1
     worlds = [w.strip() for w in (args.worlds or ("noisy,clean" if sweep else "clean")).split(",") if w.strip()]
     if unknown := [w for w in worlds if w not in WORLDS]:
-        sys.exit(f"--worlds: unknown world {unknown[0]!r} (clean or noisy)")
+        sys.exit(f"--worlds: unknown world {unknown[0]!r} (clean, noisy or blocking)")
     latencies = [float(x) for x in (args.latencies or ("0" if sweep else "0,0.2")).split(",") if x.strip()]
     repeats = args.repeats or (1 if args.smoke or sweep else 2)
     WORLDS["noisy"] = noise_of(args.noise)
@@ -299,7 +300,7 @@ def main() -> None:
     data, skill, items = prepare(work, sizes)
     schedule = {**SCHEDULE, "epochs": args.epochs}
     results = []
-    judge = SimWorld(items, SimNoise(**MODERATE))  # it knows every harmful rule, to read the best skills
+    judge = SimWorld(items, SimNoise(**BLOCKING))  # it knows every harmful rule and blocking line, to read the skills
     for world in worlds:
         for seed in seeds:
             spec = {"data": str(data), "skill": str(skill), "seed": seed, "schedule": schedule,

@@ -141,8 +141,9 @@ class BankConfig(Section):
 class SimConfig(Section):
     """The sim backend's noisy mode (question answering; see skillstate.sim.noise): every knob off by default."""
 
-    noise: Literal["off", "moderate"] = Field(
-        "off", description="moderate: every knob below not set explicitly takes its moderate level.")
+    noise: Literal["off", "moderate", "blocking"] = Field(
+        "off", description="moderate: every knob below but blocking not set explicitly takes its moderate level; "
+                           "blocking: the same, and blocking on too.")
     answer_noise: float = Field(0.0, ge=0.0, le=1.0, description="Share of the target's answers drawn from the "
                                 "whole request (a one-word change of the skill draws again), not from the item alone.")
     harmful_edits: float = Field(0.0, ge=0.0, le=1.0, description="How often the optimizer proposes a rule that "
@@ -156,14 +157,19 @@ class SimConfig(Section):
     length_penalty: float = Field(0.0, ge=0.0, le=1.0, description="Share of the chance of a right answer lost per "
                                   "100 characters of skill beyond length_free_chars.")
     length_free_chars: int = Field(600, ge=0, description="Skill length (characters) that costs nothing.")
+    blocking: float = Field(0.0, ge=0.0, le=1.0, description="How often the optimizer, proposing the right rule for "
+                            "a failing task type, proposes with it a broad line that overrides another task type "
+                            "(pins it at block_level while the skill holds it, whatever else the skill says).")
+    block_level: float = Field(0.1, ge=0.0, le=1.0, description="The chance of a right answer on a task type a "
+                               "blocking line overrides.")
 
     @model_validator(mode="before")
     @classmethod
     def _preset(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("noise") == "moderate":
-            from skillstate.sim.noise import MODERATE
+        if isinstance(data, dict) and data.get("noise") in ("moderate", "blocking"):
+            from skillstate.sim.noise import PRESETS
 
-            data = {**MODERATE, **data}
+            data = {**PRESETS[data["noise"]], **data}
         return data
 
     def model_suffix(self) -> str:

@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any
 
 from skillstate.log.events import Edit
+from skillstate.sim.blockers import SPOT_BY_ANALYST
 from skillstate.sim.disclosure import hits, to_read, topic, triggers
 from skillstate.sim.noise import OFF
 from skillstate.sim.pruner import max_lines, prune_reply
@@ -141,6 +142,9 @@ class SimOptimizer:
 
     def _propose(self, skill: str, task_type: str, rng, avoid: set[str]) -> dict[str, str] | None:
         """One edit for a failing task type, or None."""
+        spotted = self._spot_blocker(skill, task_type, rng)
+        if spotted is not None:
+            return spotted
         if self.noise.proposals_on:
             noisy = self._noisy_proposal(skill, task_type, rng)
             if noisy is not None:
@@ -167,6 +171,27 @@ class SimOptimizer:
         if text in avoid:  # told not to: think again, once
             text = rng.choice(rule.variants) if rng.random() < 0.5 else None
         return self._rule_edit(skill, text) if text else None
+
+    def _spot_blocker(self, skill: str, task_type: str, rng) -> dict[str, str] | None:
+        """Blocking mode: now and then, the deletion of a line that blocks this type (rarely noticed)."""
+        low = skill.lower()
+        found = next((b for b in getattr(self.world, "blockers", ()) if b.blocks == task_type and b.key in low), None)
+        if found is None or rng.random() >= SPOT_BY_ANALYST:
+            return None
+        line = next((ln for ln in skill.splitlines() if found.key in ln.lower()), None)
+        return {"op": "delete", "target": line, "content": ""} if line else None
+
+    def _blocker_with(self, skill: str, task_type: str, edit: dict[str, str], rng) -> dict[str, str] | None:
+        """Blocking mode: with the right rule for `task_type`, sometimes a broad line that overrides another
+        type; None otherwise."""
+        found = getattr(self.world, "blockers", ())
+        if not found or self.world.rule_for(task_type).key not in str(edit.get("content", "")).lower():
+            return None
+        if rng.random() >= self.noise.blocking:
+            return None
+        low = skill.lower()
+        others = [b for b in found if b.blocks != task_type and b.key not in low]
+        return self._rule_edit(skill, rng.choice(others).text) if others else None
 
     def _noisy_proposal(self, skill: str, task_type: str, rng) -> dict[str, str] | None:
         """Noisy mode: now and then a rule that breaks another task type, or the deletion of one that breaks
@@ -230,6 +255,9 @@ class SimOptimizer:
             edit = self._propose(skill, task_type, rng, avoid)
             if edit:
                 edits.append(edit)
+                broad = self._blocker_with(skill, task_type, edit, rng) if len(edits) < budget else None
+                if broad is not None:
+                    edits.append(broad)
         return self._patch_reply(prompt, skill, f"Looked at {len(failures)} failures.", summary, edits)
 
     def _file_edits(self, files: dict[str, str], task_type: str, rng) -> list[dict[str, str]] | None:

@@ -2,7 +2,9 @@
 skill to delete. Like a fallible LLM it spots most restatements of a rule
 the skill already has (the later ones), most lines that do nothing and some
 that hurt; in the noisy mode (`sim.harmful_edits`) it now and then also
-names a rule the skill needs, the only line that states it."""
+names a rule the skill needs, the only line that states it. A line that
+blocks another task type (`sim.blocking`) reads as a style rule: it names
+it less often."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from skillstate.sim.blockers import SPOT_BY_PRUNER
 from skillstate.sim.noise import OFF, SimNoise
 
 SPOT = 0.8  # the chance of naming a line that does not earn its place
@@ -27,6 +30,7 @@ def prune_reply(world: Any, skill: str, limit: int, rng, noise: SimNoise = OFF, 
         return "The skill looks lean already; I would keep it as it is."
     keys = world.all_rule_keys()
     traps = [t.key for t in getattr(world, "cross_harms", ())] + [h.key for h in world.harms]
+    broad = [b.key for b in getattr(world, "blockers", ())]
     useless = {u.lower() for u in world.useless}
     seen: set[str] = set()
     delete: list[str] = []
@@ -35,6 +39,10 @@ def prune_reply(world: Any, skill: str, limit: int, rng, noise: SimNoise = OFF, 
         low = line.lower()
         text = line.strip().lstrip("-*+ ").strip().lower()
         if not text or line.lstrip().startswith(("#", "<!--")):
+            continue
+        if broad and any(k in low for k in broad):
+            if rng.random() < SPOT_BY_PRUNER:
+                delete.append(line)
             continue
         if any(k in low for k in traps):
             if rng.random() < SPOT_HARM:

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from skillstate.sim.blockers import blocked, blockers
 from skillstate.sim.noise import OFF, SimNoise
 from skillstate.util import hash_value, seeded_rng, unit_float
 
@@ -155,6 +156,7 @@ class SimWorld:
         self.noise = noise
         self.cross_harms = cross_harms([i.get("task_type", "") for i in items], self.rule_for) \
             if noise.harmful_edits else ()
+        self.blockers = blockers([i.get("task_type", "") for i in items]) if noise.blocking else ()
 
     def rule_for(self, task_type: str) -> Rule:
         return RULES.get(task_type) or generic_rule(task_type)
@@ -201,6 +203,8 @@ class SimWorld:
                 if trap.breaks == task_type and trap.key in low:
                     p *= self.noise.harm_factor
                     break
+            if self.blockers and blocked(low, task_type, self.blockers):
+                p = min(p, self.noise.block_level)
             p *= self.noise.length_factor(skill)
         return p
 
