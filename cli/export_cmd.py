@@ -58,6 +58,7 @@ def export(run_id, step, best, output, into, force, fmt, db) -> None:
         _export_tree(store, run_id, step_arg(step), best, output, into, force)
         return
     rid, text = skill_at(store, run_id, step_arg(step), best=best)
+    what = _which(rid, step_arg(step), best)
     if fmt == "skillrl":
         from skillstate.reading.bank_provenance import is_bank_run
 
@@ -67,14 +68,30 @@ def export(run_id, step, best, output, into, force, fmt, db) -> None:
         from skillstate.bank.document import read_bank
         from skillstate.bank.skillrl_format import to_skillrl
 
-        text = json.dumps(to_skillrl(read_bank(text)), indent=2, ensure_ascii=False) + "\n"
+        bank = read_bank(text)
+        text = json.dumps(to_skillrl(bank), indent=2, ensure_ascii=False) + "\n"
+        what = f"{what.replace('skill', 'bank', 1)} as SkillRL's bank JSON ({_count(len(bank.skills), 'skill')})"
+    else:
+        what += f" as markdown ({_count(len(text.splitlines()), 'line')})"
     if output:
         try:
             Path(output).write_text(text, encoding="utf-8")
         except OSError as err:
             raise UserError(f"cannot write {output}: {err.strerror or err}") from None
+        click.echo(f"wrote {output}: {what}")  # every write says what it wrote, and where
     else:
         click.echo(text, nl=not text.endswith("\n"))
+
+
+def _which(rid: str, step: int | None, best: bool) -> str:
+    """Which skill `export` takes, in words."""
+    if step is None:
+        return f"the best skill of run {rid}"
+    return f"the best skill of run {rid} up to step {step}" if best else f"the skill of run {rid} after step {step}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'s' * (n != 1)}"
 
 
 def _export_tree(store, run_id, step, best, output, into, force) -> None:
@@ -84,6 +101,7 @@ def _export_tree(store, run_id, step, best, output, into, force) -> None:
     if output and into:
         raise UserError("give either --into DIR or an archive with -o, not both")
     rid, skills = installable_skills(store, run_id, step, best=best)
+    what = _which(rid, step, best)
     try:
         if into:
             targets = [Path(into).expanduser() / name for name, _ in skills]
@@ -91,7 +109,8 @@ def _export_tree(store, run_id, step, best, output, into, force) -> None:
                 _check_replaceable(target, force)
             for (name, tree), target in zip(skills, targets, strict=True):
                 written = write_directory(tree, target, replace=force)
-                click.echo(f"wrote {written}: {name}/ with {len(tree)} files")
+                source = what if len(skills) == 1 else "from " + what.replace("skill", "bank", 1)
+                click.echo(f"wrote {written}: the Agent Skill {name}, {source} ({_count(len(tree), 'file')})")
             return
         if len(skills) > 1:
             raise UserError(f"run {rid!r} is a bank of {len(skills)} skills: write them with --into DIR, one "
@@ -100,7 +119,7 @@ def _export_tree(store, run_id, step, best, output, into, force) -> None:
         written = write_archive(tree, output, name, replace=force)
     except OSError as err:
         raise UserError(f"cannot write {err.filename or into or output}: {err.strerror or err}") from None
-    click.echo(f"wrote {written}: {name}/ with {len(tree)} files")
+    click.echo(f"wrote {written}: the Agent Skill {name} as an archive, {what} ({_count(len(tree), 'file')})")
 
 
 def _check_replaceable(target: Path, force: bool) -> None:

@@ -120,8 +120,11 @@ def show(run_id, step, as_json, db) -> None:
                     from skillstate.reading.bank_steps import step_labels
 
                     labels = step_labels(e.event for e in loaded.lineage)
+                from skillstate.reading.history import early_rejects
+
                 click.echo("")
-                click.echo("\n".join(history_lines(loaded.state.history, labels=labels)))
+                click.echo("\n".join(history_lines(loaded.state.history, labels=labels,
+                                                    bounds=early_rejects(loaded))))
             if loaded.state.config.get("mode") == "bank" and loaded.state.best_skill:
                 from skillstate.bank.document import read_bank
                 from skillstate.cli.render import bank_lines
@@ -213,7 +216,9 @@ def replay(run_id, to_step, verify, as_json, db) -> None:
 @db_option
 def why(args, as_json, db) -> None:
     """Explain why TEXT is in the skill: the step that added it, the kept
-    edit, the analysts that proposed it and the failures they saw.
+    edit, the analysts that proposed it and the failures they saw. TEXT
+    that is in no skill the run had is a user error: one line, exit 2
+    (with --json, the JSON says "found": false first).
 
     \b
     Examples:
@@ -237,7 +242,7 @@ def why(args, as_json, db) -> None:
         elif bank_info["found"]:
             click.echo(bank_why_text(bank_info))
         if not bank_info["found"]:
-            raise click.ClickException(f"no skill of run {bank_info['run_id']}'s bank matches {text!r}")
+            raise UserError(f"no skill of run {bank_info['run_id']}'s bank matches {text!r}")
         return
     info = explain(store, run_id, text)
     missing = f"{info['text']!r} is not in the best skill of run {info['run_id']} (nor in any skill it had)"
@@ -251,7 +256,7 @@ def why(args, as_json, db) -> None:
 
         click.echo(why_text(info))
     if not info["found"]:
-        raise click.ClickException(missing)  # exit 1, like grep: the text is not there
+        raise UserError(missing)  # a text the run never had: a user error, as an unknown run or step is (exit 2)
 
 
 @cli.command()

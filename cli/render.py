@@ -9,7 +9,17 @@ from rich.cells import cell_len
 
 from skillstate.cli.log_view import event_summary
 from skillstate.cli.notes import tool_use_lines, trigger_lines, unrecorded_lines
-from skillstate.cli.tables import MIN_SHRUNK, Col, clip, fmt, output_width, table_lines, wrapped
+from skillstate.cli.tables import (
+    MIN_SHRUNK,
+    Col,
+    clip,
+    fmt,
+    output_width,
+    shorten,
+    table_lines,
+    text_block,
+    wrapped,
+)
 from skillstate.log.events import (
     BaselineEvaluated,
     CandidateBuilt,
@@ -313,19 +323,37 @@ def bank_lines(bank, width: int | None = None) -> list[str]:
     return lines
 
 
-def history_lines(history, width: int | None = None, labels: dict[int, str] | None = None) -> list[str]:
+BOUND_MARK = "≤"
+
+
+def history_lines(history, width: int | None = None, labels: dict[int, str] | None = None,
+                  bounds: dict[int, Any] | None = None) -> list[str]:
     """`show`'s table of steps: the budget, the decision and the scores of each. With `labels` (a bank run's,
-    `skillstate.reading.bank_steps.step_labels`): what each step did instead of a budget and a decision."""
+    `skillstate.reading.bank_steps.step_labels`): what each step did instead of a budget and a decision. A
+    candidate rejected early (`bounds`, `skillstate.reading.history.early_rejects`) has no score, only the most
+    it could have scored: that bound is marked ≤, and a line under the table says so."""
+    width = output_width() if width is None else width
+    bounds = bounds or {}
+
+    def candidate(rec) -> str:
+        return BOUND_MARK + fmt(rec.candidate_score) if rec.step in bounds else fmt(rec.candidate_score)
+
     if labels is not None:
-        rows = [[rec.step, rec.epoch, labels.get(rec.step, rec.decision), fmt(rec.candidate_score),
+        rows = [[rec.step, rec.epoch, labels.get(rec.step, rec.decision), candidate(rec),
                  fmt(rec.current_score), fmt(rec.best_score)] for rec in history]
-        return table_lines([Col("step", num=True), Col("epoch", num=True), Col("what the step did", shrink=True),
-                            Col("candidate", num=True), Col("current", num=True), Col("best", num=True)], rows, width)
-    rows = [[rec.step, rec.epoch, rec.edit_budget, rec.decision, fmt(rec.candidate_score), fmt(rec.current_score),
-             fmt(rec.best_score)] for rec in history]
-    cols = [Col("step", num=True), Col("epoch", num=True), Col("budget", num=True), Col("decision", shrink=True),
-            Col("candidate", num=True), Col("current", num=True), Col("best", num=True)]
-    return table_lines(cols, rows, width)
+        lines = table_lines([Col("step", num=True), Col("epoch", num=True), Col("what the step did", shrink=True),
+                             Col("candidate", num=True), Col("current", num=True), Col("best", num=True)], rows,
+                            width)
+    else:
+        rows = [[rec.step, rec.epoch, rec.edit_budget, rec.decision, candidate(rec), fmt(rec.current_score),
+                 fmt(rec.best_score)] for rec in history]
+        cols = [Col("step", num=True), Col("epoch", num=True), Col("budget", num=True), Col("decision", shrink=True),
+                Col("candidate", num=True), Col("current", num=True), Col("best", num=True)]
+        lines = table_lines(cols, rows, width)
+    if any(rec.step in bounds for rec in history):
+        lines.extend(wrapped(f"{BOUND_MARK}: rejected early, at most this score (show --step N: how many items "
+                             "were scored)", width))
+    return lines
 
 
 def _kind_label(state) -> str:
@@ -366,7 +394,10 @@ def run_rows(store, rows) -> list[dict[str, Any]]:
     return out
 
 
-def why_text(info: dict[str, Any]) -> str:
+def why_text(info: dict[str, Any], width: int | None = None) -> str:
+    """`skillstate why`: where the text came from, folded to `width` (default: the output's width). An edit's
+    content is shown as it is, its lines under one another; long texts are cut at a word, with an ellipsis."""
+    width = output_width() if width is None else width
     where = [name for name, key in (("initial", "in_initial_skill"), ("current", "in_current_skill"),
                                     ("best", "in_best_skill")) if info[key]]
     found = "the " + " and ".join(where) + " skill" if where else "no skill of this run (initial, current or best)"
@@ -380,41 +411,44 @@ def why_text(info: dict[str, Any]) -> str:
                 else f"prune after step {c['step']} (epoch {c['epoch']})" if c["by"] == "prune"
                 else f"step {c['step']} (epoch {c['epoch']}) built on another accepted skill" if c["by"] == "parent"
                 else f"slow update at the end of epoch {c['epoch']}")
-        lines.append(f"  {when}: {c['change']} by {c['decision']} ({c['reason']})")
+        lines.extend(wrapped(f"  {when}: {c['change']} by {c['decision']} ({c['reason']})", width, "    "))
         for d in c.get("deleted", []):
             of = f" of {d['of']!r}" if d["of"] else ""
-            lines.append(f"    deleted {d['line']!r}: {' and '.join(d['reasons'])}{of}")
+            lines.extend(wrapped(f"    deleted {d['line']!r}: {' and '.join(d['reasons'])}{of}", width, "      "))
     for d in info.get("dropped", []):  # repair: ablate
         how = "dropped by the repair" if d.get("kept_as") is None else \
-            f"left out by the repair (kept as {d['kept_as'][:200]!r})"
-        lines.append(f"  step {d['step']}: {how}: {d['op']} {d['content'][:200]!r} broke "
-                     f"{', '.join(d['broke'])} ({d['items']} items scored {d['candidate_score']:.3f} with it, "
-                     f"{d['without_score']:.3f} without it, {d['recovered']:+g})")
+            f"left out by the repair (kept as {shorten(d['kept_as'], 200)!r})"
+        lines.extend(wrapped(f"  step {d['step']}: {how}: {d['op']} {shorten(d['content'], 200)!r} broke "
+                             f"{', '.join(d['broke'])} ({d['items']} items scored {d['candidate_score']:.3f} with "
+                             f"it, {d['without_score']:.3f} without it, {d['recovered']:+g})", width, "    "))
     origin = info["origin"]
     if origin is None:
         if info["in_current_skill"] and info["in_initial_skill"]:
             lines.append("  it was in the initial skill and no accepted step removed it")
         return "\n".join(lines)
     if "slow_update_epoch" in origin:
-        lines.append(f"the slow update of epoch {origin['slow_update_epoch']} wrote it into the guidance block, "
-                     f"after comparing the epoch's skills on {sum(origin['comparison'].values())} train items "
-                     f"({', '.join(f'{n} {k}' for k, n in sorted(origin['comparison'].items()))})")
+        lines.extend(wrapped(f"the slow update of epoch {origin['slow_update_epoch']} wrote it into the guidance "
+                             f"block, after comparing the epoch's skills on {sum(origin['comparison'].values())} "
+                             f"train items ({', '.join(f'{n} {k}' for k, n in sorted(origin['comparison'].items()))})",
+                             width))
         if origin["reasoning"]:
-            lines.append(f"  reasoning: {origin['reasoning'][:200]}")
+            lines.extend(wrapped(f"  reasoning: {shorten(origin['reasoning'], 300)}", width, "    "))
         return "\n".join(lines)
     lines.append(f"step {origin['step']} kept ({origin['method']}):")
     for e in origin["kept_edits"]:
-        lines.append(f"  [{e['status'] or origin['method']}] {e['op']} ({e['source']}, support {e['support']}): "
-                     f"{(e['content'] or e['target'])[:100]}")
+        file = f"{e['file']}, " if e.get("file") else ""
+        lines.extend(text_block(f"  [{e['status'] or origin['method']}] {e['op']} ({file}{e['source']}, support "
+                                f"{e['support']}): ", e["content"] or e["target"], width))
     for p in origin["proposed_by"]:
         lines.append(f"proposed by the {p['source']} analyst, minibatch {p['minibatch']}:")
         for s in p["failure_summary"]:
-            lines.append(f"  pattern: {s}")
+            lines.extend(wrapped(f"  pattern: {shorten(s, 300)}", width, "    "))
         if p["reasoning"]:
-            lines.append(f"  reasoning: {p['reasoning'][:200]}")
+            lines.extend(wrapped(f"  reasoning: {shorten(p['reasoning'], 300)}", width, "    "))
         for item in p["items"][:10]:
             reason = item["fail_reason"] or "solved"
-            lines.append(f"  - {item['item_id']} [{item['task_type']}] {reason[:90]}")
+            lines.extend(wrapped(f"  - {item['item_id']} [{item['task_type']}] {shorten(reason, 160)}", width,
+                                 "    "))
         if len(p["items"]) > 10:
             lines.append(f"  ... {len(p['items']) - 10} more items")
     return "\n".join(lines)

@@ -30,8 +30,12 @@ def _checked(path: str, plain_ok: bool = True) -> tuple[LoadedSkill, SkillReport
     """The skill at `path` and its report; a lone markdown file without a front matter is a valid
     (one-file) skill only when `plain_ok`."""
     from skillstate.skilltree import load_skill, validate_skill
+    from skillstate.skilltree.load import not_a_markdown_skill
 
     loaded = load_skill(path)
+    problem = not_a_markdown_skill(loaded)
+    if problem is not None:
+        raise UserError(problem)
     return loaded, validate_skill(loaded.tree, loaded.dir_name, allow_plain=plain_ok and loaded.source == "markdown")
 
 
@@ -90,7 +94,8 @@ def check(path: str, as_json: bool) -> None:
     """Check a skill against the Agent Skills specification.
 
     PATH is a skill directory (or its SKILL.md), a .skill or .zip archive,
-    or a markdown file (a one-file skill). Prints the warnings, then one
+    or a markdown file (a one-file skill, named .md or .markdown; any other
+    file is refused). Prints the warnings, then one
     summary line; exit code 2 with one line saying what is wrong when the
     skill is not valid.
 
@@ -134,7 +139,8 @@ def pack(source: str, out: str, force: bool) -> None:
     loaded, report = _valid(source, plain_ok=False)
     assert report.name is not None  # a valid Agent Skill has one
     written = write_archive(loaded.tree, out, report.name, replace=force)
-    click.echo(f"wrote {written}: {report.name}/ with {report.files} files, {size_text(written.stat().st_size)}")
+    click.echo(f"wrote {written}: {report.name}/ with {report.files} file{'s' * (report.files != 1)}, "
+               f"{size_text(written.stat().st_size)}")
 
 
 @skill.command("unpack")
@@ -158,4 +164,4 @@ def unpack(archive: str, directory: str, force: bool) -> None:
     loaded, report = _valid(archive, plain_ok=False)
     assert report.name is not None  # a valid Agent Skill has one
     written = write_directory(loaded.tree, Path(directory).expanduser() / report.name, replace=force)
-    click.echo(f"wrote {written} ({report.files} files)")
+    click.echo(f"wrote {written} ({report.files} file{'s' * (report.files != 1)})")

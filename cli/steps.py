@@ -87,9 +87,7 @@ def step_text(d: dict[str, Any], width: int | None = None) -> str:
         changed = "changed" if d["candidate_changed"] else "unchanged"
         lines.append(f"update: {u['method']} ({u['status']}), skill {changed}")
     if "evaluation" in d:
-        ev = d["evaluation"]
-        lines.extend(wrapped(f"candidate on {ev['split']}: hard {fmt(ev['hard'])} soft {fmt(ev['soft'])} "
-                             f"gate {fmt(ev['gate'])}" + (" (score cache)" if ev["cached"] else ""), width))
+        lines.extend(wrapped("candidate " + evaluation_text(d["evaluation"]), width))
     if "repair" in d:
         lines.extend(repair_lines(d["repair"], width))
     if "decision" in d:
@@ -99,6 +97,17 @@ def step_text(d: dict[str, Any], width: int | None = None) -> str:
     if f.get("by_stage"):
         lines.extend(failed_calls_table(f["by_stage"], width, title="failed calls"))
     return "\n".join(lines)
+
+
+def evaluation_text(ev: dict[str, Any]) -> str:
+    """A candidate's evaluation: its scores, or, rejected early, how far it got and the most it could score."""
+    cache = " (score cache)" if ev["cached"] else ""
+    p = ev.get("partial")
+    if p:
+        return (f"on {ev['split']}: rejected early after {p['scored']} of {p['of']} items, at most "
+                f"{fmt(p['upper_bound'])} (on those {p['scored']}: hard {fmt(ev['hard'])} soft {fmt(ev['soft'])})"
+                + cache)
+    return f"on {ev['split']}: hard {fmt(ev['hard'])} soft {fmt(ev['soft'])} gate {fmt(ev['gate'])}" + cache
 
 
 def verdict_lines(dec: dict[str, Any], width: int) -> list[str]:
@@ -137,7 +146,5 @@ def repair_lines(r: dict[str, Any], width: int) -> list[str]:
         lines.extend(table_lines([Col("verdict"), Col("edit[.clause]", num=True), Col("without it", num=True),
                                   Col("recovered", num=True), Col("content", shrink=True)], rows, width, indent=2))
     if "evaluation" in r:
-        ev = r["evaluation"]
-        lines.extend(wrapped(f"  repaired candidate on {ev['split']}: hard {fmt(ev['hard'])} soft {fmt(ev['soft'])} "
-                             f"gate {fmt(ev['gate'])}" + (" (score cache)" if ev["cached"] else ""), width))
+        lines.extend(wrapped("  repaired candidate " + evaluation_text(r["evaluation"]), width))
     return lines

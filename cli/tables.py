@@ -3,7 +3,9 @@
 Every table the CLI prints goes through `table_lines`: rich lays it out to the
 output's width, numbers right-aligned, and the columns that hold ids, errors and
 skill text are cut with an ellipsis instead of wrapping the row. Off a terminal
-(a pipe, CI, CliRunner) the width is $COLUMNS, else 80, and there is no colour.
+(a pipe, a file, CI, CliRunner) the width is $COLUMNS when it is set; without it
+nothing is cut or folded (each row and sentence on one line, whole), and there
+is no colour.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from rich.text import Text
 RULE_BOX = Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
 ELLIPSIS = "…"
 DEFAULT_WIDTH = 80
+# Off a terminal without $COLUMNS: no width to fit, so nothing is cut (a pipe or a file gets the whole text).
+UNBOUNDED = 100_000
 MIN_SHRUNK = 8  # a cut column keeps at least this many cells (7 characters and the ellipsis)
 
 
@@ -37,7 +41,8 @@ def _stdout_is_tty() -> bool:
 
 def output_width() -> int:
     """The width to render to: $COLUMNS when set (as rich does), else the
-    terminal's width when stdout is one, else 80."""
+    terminal's width when stdout is one (80 when it cannot be read), else
+    UNBOUNDED: what goes to a pipe or a file is not cut."""
     columns = os.environ.get("COLUMNS", "").strip()
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
@@ -45,8 +50,8 @@ def output_width() -> int:
         try:
             return os.get_terminal_size(sys.stdout.fileno()).columns or DEFAULT_WIDTH
         except (AttributeError, ValueError, OSError):
-            pass
-    return DEFAULT_WIDTH
+            return DEFAULT_WIDTH
+    return UNBOUNDED
 
 
 def _console(width: int, out: io.StringIO) -> Console:
@@ -69,6 +74,33 @@ def clip(text: str, width: int) -> str:
     if width <= 1:
         return ELLIPSIS[:width]
     return set_cell_size(text, width - 1) + ELLIPSIS
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` on one line, cut at a word to at most `limit` characters, ending in an ellipsis when cut."""
+    text = one_line(text)
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    if " " in cut[limit // 2:]:  # end at a word, unless that leaves less than half
+        cut = cut[:cut.rindex(" ")]
+    return cut.rstrip(" ,;:") + ELLIPSIS
+
+
+def text_block(head: str, text: str, width: int, indent: str = "      ", max_lines: int = 12) -> list[str]:
+    """`head` then a text that may hold several lines (an edit's content): one line goes after `head`; several
+    go below it, each at `indent`, folded at the width rather than cut; after `max_lines` of the text, one line
+    says how many more it has."""
+    body = text.strip("\n").splitlines() or [""]
+    if len(body) == 1:
+        return wrapped(head + body[0], width, indent)
+    lines = wrapped(head.rstrip(), width, indent)
+    for line in body[:max_lines]:
+        lines.extend(wrapped(indent + line, width, indent + "  ") if line.strip() else [""])
+    if len(body) > max_lines:
+        left = len(body) - max_lines
+        lines.append(f"{indent}{ELLIPSIS} {left} more line{'s' * (left != 1)}")
+    return lines
 
 
 def wrapped(text: str, width: int, indent: str = "    ") -> list[str]:

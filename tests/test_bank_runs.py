@@ -194,7 +194,7 @@ def test_why_names_the_event_the_trajectories_and_the_refined_skill(bank_run):
         res = CliRunner().invoke(cli, ["why", "b", s.id, *db])
         assert "refines " + s.provenance.refines in res.output and "the evolved bank:" in res.output
     missing = CliRunner().invoke(cli, ["why", "b", "no skill says this", *db])
-    assert missing.exit_code == 1 and "no skill of run b's bank matches" in missing.output
+    assert missing.exit_code == 2 and "no skill of run b's bank matches" in missing.output
 
 
 def test_embedding_retrieval_through_the_journaled_embeddings_api(tmp_path, sim_server, monkeypatch):

@@ -268,11 +268,12 @@ def test_6_eval_refuses_an_empty_skill_file(db, tmp_path):
 # 7 ---------------------------------------------------------------------------------------------------------------
 
 
-def test_7_why_text_that_is_not_in_the_skill_exits_1(base_db):
+def test_7_why_text_that_is_not_in_the_skill_is_a_user_error(base_db):
+    """Issue 41, item 12: a text the run never had is a user error like an unknown run (exit 2, one line)."""
     d = url(base_db)
-    error("why", "zzz", "--db", d, code=1, match="'zzz' is not in the best skill of run demo")
+    error("why", "zzz", "--db", d, code=2, match="'zzz' is not in the best skill of run demo")
     res = invoke("why", "demo", "zzz", "--json", "--db", d)
-    assert res.exit_code == 1 and json.loads(res.output[: res.output.rindex("}") + 1])["found"] is False
+    assert res.exit_code == 2 and json.loads(res.output[: res.output.rindex("}") + 1])["found"] is False
     assert "is in the" in ok("why", "Question answering", "--db", d)  # text that is there: exit 0
 
 

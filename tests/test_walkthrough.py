@@ -44,13 +44,27 @@ def walkthrough_blocks() -> list[list[str]]:
     return text_blocks(section(PAGE, "# Walkthrough: run, replay, fork, audit"))
 
 
+FRESH_DIR = ["cd", "$(mktemp -d)"]  # how the walkthrough starts: a new, empty directory (its own database)
+
+
 def readme_walkthrough() -> tuple[list[list[str]], list[list[str]]]:
-    """The README's short walkthrough: (argv of each line of its bash blocks, its text blocks)."""
+    """The README's short walkthrough: (argv of each line of its bash blocks after the first, which must move to a
+    new directory, its text blocks)."""
     part = section(README, "## A short walkthrough")
     lines = [line for block in re.findall(r"```bash\n(.*?)```", part, re.DOTALL) for line in block.splitlines()]
     argvs = [shlex.split(line, comments=True) for line in lines if line.strip()]
-    assert argvs and all(argv[0] == "skillstate" for argv in argvs), argvs
-    return [argv[1:] for argv in argvs], text_blocks(part)
+    assert argvs and argvs[0] == FRESH_DIR, f"the README's walkthrough must start in a new directory: {argvs[0]}"
+    assert all(argv[0] == "skillstate" for argv in argvs[1:]), argvs
+    return [argv[1:] for argv in argvs[1:]], text_blocks(part)
+
+
+def test_the_walkthrough_starts_in_a_new_directory():
+    """Issue 41, item 5: typed after the README's first `skillstate run`, in the same directory, the walkthrough
+    printed other figures (its run served from the call table, `runs` with a row more). Both the page and the
+    README start it in a directory of its own, and what they show is what a fresh database gives."""
+    bash = re.findall(r"```bash\n(.*?)```", section(PAGE, "# Walkthrough: run, replay, fork, audit"), re.DOTALL)
+    assert bash and shlex.split(bash[0].splitlines()[0], comments=True) == FRESH_DIR
+    readme_walkthrough()
 
 
 def commands(block: list[str]) -> list[tuple[list[str], list[str]]]:

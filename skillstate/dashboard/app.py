@@ -144,7 +144,10 @@ def create_app(store: Store, *, allowed_hosts: list[str] | None = None) -> Starl
 
     def step(request: Request) -> Response:
         rid = run_id_of(request)
-        return render("step.html", **pages.step_page(cache, rid, parse_step(request.path_params["step"])))
+        number = parse_step(request.path_params["step"])
+        if number == 0:  # the baseline: no step events, its own page (as `show --step 0` has its own view)
+            return render("step_zero.html", **pages.step_zero_page(cache, rid))
+        return render("step.html", **pages.step_page(cache, rid, number))
 
     def item(request: Request) -> Response:
         from skillstate.dashboard.items import item_page

@@ -190,8 +190,18 @@ def step_page(cache: RunCache, run_id: str, step: int) -> dict[str, Any]:
     steps = [r.step for r in loaded.state.history]
     return {"run": run_row(cache, run_id), "detail": detail, "diff": diff, "bank_diff": bank,
             "results": rollout_results(loaded, step),
-            "prev": max((s for s in steps if s < step), default=None),
+            "prev": max((s for s in steps if s < step), default=0 if loaded.state.baseline else None),
             "next": min((s for s in steps if s > step), default=None)}
+
+
+def step_zero_page(cache: RunCache, run_id: str) -> dict[str, Any]:
+    """Step 0: the baseline (and a seeded bank's seeding), as `skillstate show --step 0` prints it."""
+    from skillstate.reading.step_zero import step_zero
+
+    loaded = cache.get(run_id)
+    steps = [r.step for r in loaded.state.history]
+    return {"run": run_row(cache, run_id), "zero": step_zero(cache.store, loaded),
+            "next": min(steps, default=None)}
 
 
 def skill_lines(text: str) -> list[dict[str, Any]]:

@@ -24,10 +24,17 @@ def _matches(skill: BankSkill, text: str) -> bool:
                                                                          skill.when_to_apply))
 
 
-def _outcome(outcomes: dict[tuple[int, str], str], step: int, item_id: str, origin: str) -> str:
-    """How a trajectory the teacher read had ended: the rollout of the step that distilled it."""
+def _outcome(outcomes: dict[tuple[int, str], str], step: int, item_id: str, origin: str,
+             source: str | None) -> str:
+    """How a trajectory the teacher read had ended. A distilled skill's: the rollout of the step that distilled
+    it. An evolved skill's: a failure of the split its `BankEvolved` names as `source` (the step's rollouts on
+    train, or the bank's validation on val); None where no event of the run says (a bank file's skill)."""
     if origin == "evolve":
-        return "failed on validation"  # evolution is shown sampled validation failures
+        if source == "train":  # the step's own rollout of the item: how it failed there
+            return f"failed on train ({outcomes.get((step, item_id), 'unknown')})"
+        if source == "val":
+            return "failed on validation"
+        return "failed (a sampled failure)"
     if origin == "import":
         return "imported"
     return outcomes.get((step, item_id), "unknown")
@@ -69,12 +76,13 @@ def explain_bank(store: Store, run_id: str | None, text: str) -> dict[str, Any]:
         step = getattr(ev, "step", 0)
         gate = gates.get(step) if isinstance(ev, BankEvolved) else None
         refined = added.get(skill.provenance.refines or "")
+        source = ev.source if isinstance(ev, BankEvolved) else None
         found.append({
             "id": skill_id, "title": skill.title, "principle": skill.principle, "category": skill.category,
             "when_to_apply": skill.when_to_apply, "origin": skill.provenance.origin, "event": ev.type, "step": step,
             "call": getattr(ev, "call", None) and ev.call.request_hash,
             "trajectories": [{"id": i, "outcome": _outcome(outcomes, skill.provenance.step, i,
-                                                           skill.provenance.origin)}
+                                                           skill.provenance.origin, source)}
                              for i in skill.provenance.trajectories],
             "refines": ({"id": skill.provenance.refines, "principle": refined[1].principle} if refined else
                         skill.provenance.refines),

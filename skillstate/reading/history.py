@@ -184,6 +184,20 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
     }
 
 
+def early_rejects(loaded: LoadedRun) -> dict[int, dict[str, Any]]:
+    """The steps whose gated candidate was rejected early, with what its evaluation says: `scored` of `of` items
+    scored, and `upper_bound`, the most it could have scored (the gate's `candidate_score` for that step). The
+    gated evaluation is a step's last (after a repair, the repaired candidate's)."""
+    from skillstate.log.events import CandidateEvaluated
+
+    gated: dict[int, Any] = {}
+    for stored in loaded.lineage:
+        if isinstance(stored.event, CandidateEvaluated):
+            gated[stored.event.step] = stored.event.partial
+    return {step: {"scored": p.scored, "of": p.of, "upper_bound": p.upper_bound}
+            for step, p in gated.items() if p is not None}
+
+
 def skill_tree_summary(store: Store, root: str, initial: str | None = None) -> dict[str, Any]:
     """The Agent Skills directory a run started from: its name, its files, and what the run trains (`trained`:
     SKILL.md's path, or "all" where the run trains every file, its initial skill being the tree)."""

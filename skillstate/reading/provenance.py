@@ -177,7 +177,7 @@ def _origin(store: Store, events: list, text: str) -> dict[str, Any]:
     return {
         "step": built.step,
         "method": built.method,
-        "kept_edits": [{"op": e.op, "target": e.target, "content": e.content, "source": e.source,
+        "kept_edits": [{"op": e.op, "file": e.file, "target": e.target, "content": e.content, "source": e.source,
                         "support": e.support, "status": report[i].status if i < len(report) else None}
                        for i, e in kept],
         "proposed_by": proposals,

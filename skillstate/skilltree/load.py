@@ -58,6 +58,33 @@ def read_markdown(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS)
     return text
 
 
+MARKDOWN_SUFFIXES = (".md", ".markdown")
+
+
+def not_a_markdown_skill(loaded: LoadedSkill) -> str | None:
+    """Why a lone file `load_skill` read as a one-file markdown skill is not one (None when it may be): its name
+    does not end in .md or .markdown, or its text is JSON (a data file). `skill check` refuses such a file rather
+    than call it "a plain markdown skill"; a run's `initial_skill` still takes any text file."""
+    if loaded.source != "markdown":
+        return None
+    path = Path(loaded.path)
+    if path.suffix.lower() not in MARKDOWN_SUFFIXES:
+        return (f"{path}: not a skill: give a skill directory (or its SKILL.md), a .skill or .zip archive, or a "
+                f"markdown file (.md)")
+    text = next(iter(loaded.tree.values())).text.strip()
+    if text[:1] in ("{", "["):
+        import json
+
+        try:
+            for line in [text] if text[:1] == "[" else text.splitlines():
+                if line.strip():
+                    json.loads(line)
+        except ValueError:
+            return None
+        return f"{path}: holds JSON, not a markdown skill"
+    return None
+
+
 def _dir_name(directory: Path) -> str:
     """The name an agent sees: that of the path given (a link's own name, not its target's)."""
     return Path(os.path.abspath(directory)).name
