@@ -37,8 +37,9 @@ def dashboard(host, port, db) -> None:
 
         from skillstate.dashboard.app import create_app
     except ImportError as err:
-        raise CLIError(f"the dashboard needs its extra ({err.name} is missing): "
-                       "pip install 'skillstate[dashboard]'") from None
+        from skillstate.util import install_hint
+
+        raise CLIError(f"the dashboard needs its extra ({err.name} is missing): {install_hint('dashboard')}") from None
     from skillstate.dashboard.store_view import open_read_only
 
     store = open_read_only(db)

@@ -163,7 +163,8 @@ class LiveProgress:
         if p.kind == "stage":
             self._drop()
             with self._lock:
-                self._task = self.bars.add_task(f"  {p.stage:<9}", total=None, visible=False, detail="")
+                self._task = self.bars.add_task(f"  {stage_label(p.stage):<9}", total=None, visible=False,
+                                                detail="")
             return
         self._drop()  # the stage's events: its line replaces its bar
         if self.inner is not None:
@@ -189,6 +190,19 @@ class LiveProgress:
                 self._task = None
                 if shown:
                     self.bars.refresh()  # before a line is printed above it: never a stale bar under the line
+
+
+# A stage's bar is named as its line is ("eval", "test", "lr", ...), not by the engine's name for the stage.
+STAGE_LABELS = {"eval_skill": "eval", "test_baseline": "test", "test_best": "test", "learning_rate": "lr",
+                "seed_bank": "import", "validate_bank": "validate", "prune_propose": "prune",
+                "prune_decide": "prune", "final_validate": "final", "final_score": "final", "final_select": "final",
+                "epoch_compare": "epoch end", "slow_update": "epoch end", "slow_update_decide": "epoch end",
+                "meta_skill": "epoch end", "end_epoch": "epoch end"}
+
+
+def stage_label(stage: str) -> str:
+    """The name a stage's line uses for it (`ProgressPrinter.line`)."""
+    return STAGE_LABELS.get(stage, stage)
 
 
 def _when(value: dt.datetime | None) -> str | None:

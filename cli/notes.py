@@ -46,6 +46,10 @@ def trigger_lines(s: dict[str, Any], width: int) -> list[str]:
     loads were the expected skill (precision), and the files it read, per evaluation."""
     from skillstate.cli.tables import Col, fmt, table_lines
 
+    if s.get("triggers_unobserved"):  # an external agent reads its skills as files: no load is seen
+        return ["", *wrapped(f"skill triggers: not observed: the agent (harness {s['triggers_unobserved']}) reads "
+                             "its skills as files, and the run does not see which it opens; the scores above "
+                             "measure the skills it was given", width)]
     triggers = s.get("triggers")
     if not triggers:
         return []

@@ -99,9 +99,10 @@ def db_upgrade(db) -> None:
     Example:
         skillstate db upgrade --db postgresql+psycopg://localhost/skills
     """
-    from skillstate.storage.migrate import current_revision, ensure_schema, head_revision
+    from skillstate.storage.migrate import check_file_intact, current_revision, ensure_schema, head_revision
 
     with _engine(db, create=True) as engine:
+        check_file_intact(engine)  # a damaged file is refused as `db check` finds it, never called up to date
         before = current_revision(engine)
         ensure_schema(engine)  # refuses someone else's database and a damaged schema, naming the damage
     head = head_revision()

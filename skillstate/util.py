@@ -16,6 +16,19 @@ T = TypeVar("T")
 DEFAULT_DB = "sqlite:///skillstate.db"
 
 
+def install_hint(extra: str) -> str:
+    """The command that installs an extra: `pip install "skillstate[EXTRA]"`, or, where skillstate runs from a
+    checkout (an editable install: pyproject.toml beside the package), `pip install -e ".[EXTRA]"` (the
+    checkout's path instead of `.` when it is not the working directory)."""
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.isfile(os.path.join(root, "pyproject.toml")):
+        return f'pip install "skillstate[{extra}]"'
+    here = os.path.abspath(os.getcwd()) == root
+    return f'pip install -e "{"." if here else root}[{extra}]"'
+
+
 def first_line(value: object, default: str | None = None) -> str:
     """The first line of `str(value)` (an error's message), or `default` (else the value's type name) when
     it is blank."""

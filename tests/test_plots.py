@@ -20,6 +20,7 @@ from skillstate.trainer import Trainer
 pytest.importorskip("matplotlib")
 
 from skillstate.exports.plots import MARKERS, plot_runs  # noqa: E402
+from skillstate.util import install_hint  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +174,7 @@ def test_refusals_are_one_line(runs, tmp_path):
 def test_without_matplotlib_the_error_says_what_to_install(runs, tmp_path, monkeypatch):
     _store, url = runs
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
-    one_line_error(url, "base", "-o", str(tmp_path / "e.png"), match="pip install 'skillstate[plots]'")
+    one_line_error(url, "base", "-o", str(tmp_path / "e.png"), match=install_hint("plots"))
 
 
 def test_help_loads_neither_matplotlib_nor_mlflow():

@@ -23,6 +23,7 @@ from skillstate.errors import BudgetStop, ConfigError
 from skillstate.reading.audit import audit, verify
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
+from skillstate.util import install_hint
 
 QA = {"num_epochs": 1, "concurrency": 4, "llm_cache": "lineage"}
 SQL = {"env": "sql", "num_epochs": 1, "batch_size": 6, "minibatch_size": 3, "concurrency": 4,
@@ -50,7 +51,7 @@ def test_executor_ray_without_ray_installed_is_a_one_line_error(tmp_path, monkey
     db = f"sqlite:///{tmp_path / 'n.db'}"
     res = CliRunner().invoke(cli, ["run", "-q", "--set", "executor=ray", "--db", db])
     assert res.exit_code == 2, res.output
-    assert res.output.strip().splitlines() == ["Error: executor ray needs Ray: pip install 'skillstate[ray]'"]
+    assert res.output.strip().splitlines() == [f"Error: executor ray needs Ray: {install_hint('ray')}"]
     assert Store(db).list_runs() == []  # refused before anything was written
 
 

@@ -23,6 +23,7 @@ from skillstate.errors import ConfigError
 from skillstate.llm.base import CallResult
 from skillstate.log.values import CallRef
 from skillstate.prompts import builtin
+from skillstate.util import install_hint
 
 SPLITS = ["train", "val", "test"]
 
@@ -138,8 +139,7 @@ def test_require_java_reads_old_and_new_version_strings(monkeypatch, tmp_path):
 def test_a_missing_package_names_the_extra():
     with pytest.raises(ConfigError) as err:
         javamod.require_package("textworld_express", "textworld_express_not_installed")
-    assert str(err.value) == ('env textworld_express needs the textworlds extra: '
-                              'pip install "skillstate[textworlds]"')
+    assert str(err.value) == f"env textworld_express needs the textworlds extra: {install_hint('textworlds')}"
 
 
 # --- the pool (fake processes) ------------------------------------------------

@@ -24,7 +24,7 @@ from skillstate.reading.policy_view import max_steps, policy_baseline
 from skillstate.reading.selection_report import gap_summary
 from skillstate.reading.skill_text import skill_text, stored_files
 from skillstate.reading.step_detail import step_detail
-from skillstate.reading.triggers import run_triggers
+from skillstate.reading.triggers import run_triggers, unobserved_loads
 
 # A sentence ends at . ! or ? followed by space; a line of the skill is split
 # into its sentences so that each can be asked about.
@@ -121,6 +121,7 @@ def run_page(cache: RunCache, run_id: str, all_steps: bool = False) -> dict[str,
         "val_to_test": gap_summary(state),
         "triggers": cache.memo(run_id, "triggers",
                                lambda loaded: run_triggers(cache.store, loaded.state, loaded.lineage)),
+        "triggers_unobserved": unobserved_loads(state.config),
     }
 
 

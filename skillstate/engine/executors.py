@@ -11,6 +11,7 @@ from typing import Any
 # executor; the implementations here depend on the context, never the other way round.
 from skillstate.engine.context import Executor, RunContext, ThreadsExecutor
 from skillstate.errors import ConfigError
+from skillstate.util import install_hint
 
 
 def pool_size(concurrency: int, num_cpus: float, cluster_cpus: float) -> int:
@@ -27,7 +28,7 @@ def check_executor(config: Any, connect: bool = False) -> None:
         try:
             import ray  # noqa: F401
         except ImportError:
-            raise ConfigError("executor ray needs Ray: pip install 'skillstate[ray]'") from None
+            raise ConfigError(f"executor ray needs Ray: {install_hint('ray')}") from None
         if connect:
             from skillstate.engine.ray_executor import connect as connect_ray
 

@@ -21,9 +21,9 @@ from skillstate.errors import ConfigError
 from skillstate.llm.base import CallResult
 from skillstate.log.events_policy import ModelIdentity
 from skillstate.log.values import CallRef
-from skillstate.util import canonical_json, sha256_text
+from skillstate.util import canonical_json, install_hint, sha256_text
 
-TRAIN_EXTRA = 'pip install "skillstate[train]"'
+TRAIN_EXTRA = install_hint("train")
 
 
 def require_training_libraries() -> None:

@@ -38,6 +38,9 @@ def _load(target: str, name: str) -> Any:
         raise ConfigError(f"env {name!r}: write python:MODULE:CLASS, e.g. python:my_pkg.envs:MyEnv")
     try:
         module = importlib.import_module(module_name)
+    except SystemExit as err:  # the module ends the process when imported: not an environment, and not a success
+        raise ConfigError(f"env {name!r}: importing {module_name} called sys.exit({err.code!r}); an environment's "
+                          "module must not exit when imported") from None
     except Exception as err:  # ImportError, or the module's own error at import time
         raise ConfigError(f"env {name!r}: cannot import {module_name}: {type(err).__name__}: "
                           f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}") from None
@@ -59,6 +62,9 @@ def resolve_env(name: str) -> type[SkillEnv]:
             raise ConfigError(f"unknown env {name!r} (known: {', '.join(known_names())}; or python:MODULE:CLASS)")
         try:
             cls = installed[name].load()
+        except SystemExit as err:
+            raise ConfigError(f"env {name!r}: loading its entry point {installed[name].value} called "
+                              f"sys.exit({err.code!r})") from None
         except Exception as err:
             raise ConfigError(f"env {name!r}: its entry point {installed[name].value} fails to load: "
                               f"{type(err).__name__}: {err}") from None
@@ -97,6 +103,9 @@ def construct_env(cls: type[SkillEnv], splits: dict[str, list[dict[str, Any]]], 
     """`cls(splits, settings)`; a constructor that raises is one ConfigError naming the class and the error."""
     try:
         return cls(splits, settings)
+    except SystemExit as err:
+        raise ConfigError(f"env {name!r}: {cls.__module__}.{cls.__qualname__}() called sys.exit({err.code!r})") \
+            from None
     except Exception as err:
         from skillstate.util import first_line
 

@@ -71,8 +71,9 @@ from skillstate.exports.mlflow_common import (
 )
 from skillstate.reading.skill_text import skill_text
 from skillstate.skilltree import is_tree_blob
+from skillstate.util import install_hint
 
-INSTALL_HINT = "exporting to MLflow needs mlflow: pip install 'skillstate[mlflow]'"
+INSTALL_HINT = f"exporting to MLflow needs mlflow: {install_hint('mlflow')}"
 DEFAULT_EXPERIMENT = "skillstate"
 # MLflow's own default since 3.x (its file store needs an opt-in): a SQLite file in the working directory.
 FALLBACK_TRACKING_URI = "sqlite:///mlflow.db"

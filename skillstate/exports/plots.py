@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skillstate.errors import UserError
+from skillstate.util import install_hint
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
     from skillstate.storage.store import Store
 
-INSTALL_HINT = "plotting needs matplotlib: pip install 'skillstate[plots]'"
+INSTALL_HINT = f"plotting needs matplotlib: {install_hint('plots')}"
 FORMATS = ("png", "pdf", "svg")
 X_AXES = ("step", "cost")
 DEFAULT_DPI = 200

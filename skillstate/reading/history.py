@@ -22,7 +22,7 @@ from skillstate.reading.policy_view import policy_status, policy_summary
 from skillstate.reading.selection_report import gap_summary
 from skillstate.reading.skill_text import skill_text, stored_files
 from skillstate.reading.tool_use import tool_use
-from skillstate.reading.triggers import run_triggers
+from skillstate.reading.triggers import run_triggers, unobserved_loads
 from skillstate.skilltree import SKILL_MD, is_tree_blob
 from skillstate.storage.store import Store
 
@@ -180,6 +180,7 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
         "tool_use": tool_use(store, str(s.config.get("env", "qa")), refs, s.config.get("disclosure") == "tools"),
         **({"skill_tree": skill_tree_summary(store, s.skill_tree, s.initial_skill)} if s.skill_tree else {}),
         **({"triggers": triggers} if (triggers := run_triggers(store, s, loaded.lineage)) else {}),
+        **({"triggers_unobserved": harness} if (harness := unobserved_loads(s.config)) else {}),
         **({"policy": policy_summary(s)} if s.policy is not None else {}),
     }
 

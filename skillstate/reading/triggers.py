@@ -9,6 +9,11 @@ name, or "" for none). Over a set of rollouts:
   false load);
 - wrong loads: the rollouts that loaded any skill they did not expect;
 - by task type: the recall of each type; and how often each file was read.
+
+An external agent (env workspace with a harness other than builtin: Codex, Claude
+Code, a program of yours) reads its installed skills as files, with its own
+tools; the run does not see which files it opens, so its loads are not
+observed and no rate is computed for it (`unobserved_loads` names the harness).
 """
 
 from __future__ import annotations
@@ -54,12 +59,22 @@ def _name_of(skill_md: str) -> str:
     return str(front.fields.get("name", "")) if front is not None else ""
 
 
+def unobserved_loads(config: Any) -> str | None:
+    """The harness of a `disclosure: tools` run whose skill loads are not observed (an external agent's, which
+    reads its skills as files); None for a run whose loads are recorded."""
+    if config.get("disclosure") != "tools" or config.get("env") != "workspace":
+        return None
+    harness = (config.get("env_config") or {}).get("harness") or {}
+    kind = harness.get("kind", "builtin") if isinstance(harness, dict) else "builtin"
+    return None if kind == "builtin" else str(kind)
+
+
 def run_triggers(store: Store, state: RunState, events: Iterable[Any]) -> dict[str, Any] | None:
     """The trigger rates of a `disclosure: tools` run's evaluations, from its
     lineage's `events` (stored events): the initial skill on val (`baseline`)
     and each test evaluation (`test_baseline`, `test_best`); None for a run
-    that is not one."""
-    if state.config.get("disclosure") != "tools":
+    that is not one, or whose loads are not observed (`unobserved_loads`)."""
+    if state.config.get("disclosure") != "tools" or unobserved_loads(state.config):
         return None
     from skillstate.log.events import BaselineEvaluated
     from skillstate.reading.skill_text import skill_md_of

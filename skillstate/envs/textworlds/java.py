@@ -13,12 +13,13 @@ from functools import lru_cache
 from types import ModuleType
 
 from skillstate.errors import ConfigError
+from skillstate.util import install_hint
 
 # The jars of textworld-express 1.1.0 and scienceworld 1.2.3 are Java 8
 # bytecode (class file version 52) and both READMEs ask for Java 1.8+.
 MIN_JAVA = 8
 JAVA_HINT = "apt install openjdk-17-jre-headless"
-EXTRA_HINT = 'pip install "skillstate[textworlds]"'
+EXTRA_HINT = install_hint("textworlds")
 
 _VERSION = re.compile(r'version\s+"?(\d+)(?:\.(\d+))?')
 
