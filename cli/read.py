@@ -67,7 +67,7 @@ def log(run_id, step, lineage, as_json, db) -> None:
         skillstate log my-run --step 3 --json
     """
     from skillstate.cli.log_view import log_lines
-    from skillstate.engine.runner import load_run
+    from skillstate.engine.loading import load_run
     from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
@@ -101,7 +101,7 @@ def show(run_id, step, as_json, db) -> None:
         skillstate show --step 4
     """
     from skillstate.cli.render import history_lines, summary_text
-    from skillstate.engine.runner import load_run
+    from skillstate.engine.loading import load_run
     from skillstate.reading.history import run_summary
     from skillstate.reading.step_detail import step_detail
     from skillstate.storage.store import open_store
@@ -315,7 +315,7 @@ def diff(args, db) -> None:
     run_id, a, b = (None, *args) if len(args) == 2 else args
     steps = parse_step(a), parse_step(b)
     store = open_store(db, create=False)
-    from skillstate.engine.runner import load_run
+    from skillstate.engine.loading import load_run
 
     loaded = load_run(store, run_id)
     if loaded.state.config.get("mode") == "bank":  # a bank: skills added, dropped, refined; not a JSON line diff

@@ -320,3 +320,36 @@ def test_15_db_upgrade_refuses_a_damaged_file(tmp_path):
     assert damaged.read_bytes() == before  # nothing written
     ok = invoke("db", "upgrade", "--db", f"sqlite:///{path}")
     assert ok.exit_code == 0 and "is at the latest revision" in ok.output
+
+
+# 13 --------------------------------------------------------------------------------------------------------------
+
+# What a command that only reads a run needs: the store, the events and their fold. Not the engine that runs
+# one (stages, executors), nor the environments, nor the LLM clients, nor the migrations.
+NOT_FOR_READING = ["skillstate.engine.runner", "skillstate.engine.stages", "skillstate.engine.context",
+                   "skillstate.envs.registry", "skillstate.envs.qa", "skillstate.prompts", "alembic", "openai",
+                   "anthropic", "httpx", "numpy", "jinja2", "starlette"]
+
+READ_PROBE = """
+import json, sys
+from click.testing import CliRunner
+from skillstate.cli.main import cli
+result = CliRunner().invoke(cli, json.loads(sys.argv[1]))
+assert result.exit_code == 0, result.output
+print(json.dumps(sorted(m for m in json.loads(sys.argv[2]) if m in sys.modules)))
+"""
+
+
+def test_13_reading_a_run_imports_no_engine_environment_or_client(finished_run):
+    """`runs`, `show`, `show --step N` and `log` start fast: they import what reading a run needs and nothing of
+    the engine (docs/benchmarks.md records the times; bench/bench_startup.py measures them)."""
+    import subprocess
+    import sys
+
+    store, _result, _rec = finished_run
+    db = ["--db", store.display_url]
+    for args in (["runs"], ["show", "base"], ["show", "base", "--step", "1"], ["log", "base"], ["show", "base",
+                                                                                                 "--step", "0"]):
+        out = subprocess.run([sys.executable, "-c", READ_PROBE, json.dumps(args + db), json.dumps(NOT_FOR_READING)],
+                             capture_output=True, text=True, check=True)
+        assert json.loads(out.stdout.strip().splitlines()[-1]) == [], args

@@ -1,20 +1,23 @@
 """Reading a run back from its log: its lineage (a fork's inherited prefix,
-then its own events), checked and folded into state."""
+then its own events), checked and folded into state. The commands that only
+read (`runs`, `show`, `log`) come through here, so it imports what folding
+needs and no more: the config's model and the blob walk when they are used."""
 
 from __future__ import annotations
 
 import datetime as dt
 import secrets
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from skillstate.config import SkillConfig, stored_config
 from skillstate.errors import CorruptLogError, NotFoundError
 from skillstate.log.events import BaselineEvaluated, Event, GateDecided, RunForked
 from skillstate.log.reducer import RunState, fold
-from skillstate.storage.blob_walk import blob_damage
 from skillstate.storage.chain import check_chain
 from skillstate.storage.store import GENESIS, Store, StoredEvent
+
+if TYPE_CHECKING:
+    from skillstate.config import SkillConfig
 
 
 def new_run_id(prefix: str = "run") -> str:
@@ -64,6 +67,8 @@ def state_of(stored: list[StoredEvent]) -> RunState:
 
 
 def config_of(state: RunState) -> SkillConfig:
+    from skillstate.config import stored_config
+
     return stored_config(dict(state.config))
 
 
@@ -118,6 +123,8 @@ def load_run(store: Store, run_id: str | None, *, check_blobs: bool = False) -> 
 
 def require_blobs(store: Store, run_id: str, stored: list[StoredEvent], decoded: list[Event]) -> None:
     """CorruptLogError naming the event and the blob if a blob `stored` depends on is missing or damaged."""
+    from skillstate.storage.blob_walk import blob_damage
+
     problem = blob_damage(store, stored, decoded)
     if problem:
         raise CorruptLogError(f"{problem}; the log of run {run_id} is damaged and nothing was done")
