@@ -100,6 +100,10 @@ class SkillConfig(Section):
         "off", description="Propose deleting lines that do not earn their place (duplicates, near-duplicates, what "
                            "the prune prompt names) at each epoch end or after each step, decided by the gate.")
     prune_max_lines: int = Field(6, ge=1, description="prune: the most lines one proposal deletes.")
+    prune_blockers: bool = Field(
+        False, description="prune: also take the current skill's lowest task type on val (at most half right), "
+                           "remove each line (and clause) of the skill in turn on its failed val items, and "
+                           "propose deleting the line whose removal lifts them, when that lift stands out.")
     repair: Literal["off", "ablate"] = Field(
         "ablate", description="ablate: when a candidate loses some task types while lifting others, remove its kept "
                            "edits one at a time on the lost types' items, drop those whose removal recovers them, "
@@ -123,6 +127,25 @@ class SkillConfig(Section):
     repair_type_loss: float = Field(
         0.3, ge=0.0, le=1.0, description="repair ablate: a task type is repaired when the candidate's mean gate "
                                          "score on it is below the current skill's by more than this.")
+    blocker_search: Literal["off", "step"] = Field(
+        "off", description="step: when a step's candidate does not beat the current skill and leaves a task type "
+                           "its edits were aimed at failing, remove each line (and clause) of the current skill from "
+                           "the candidate in turn, roll it out on that type's failed val items, and gate the "
+                           "candidate without the line whose removal lifts them, when that lift stands out "
+                           "(update_mode patch).")
+    blocker_items: int = Field(6, ge=1, description="blocker_search: the most failed items of the type each "
+                                                     "ablation is rolled out on.")
+    blocker_max_lines: int = Field(8, ge=1, description="blocker_search: the most lines of the current skill "
+                                                         "ablated per search (those that arrived when the type's "
+                                                         "score fell the most first), each whole and by clause.")
+    edit_screen: Literal["off", "minibatch"] = Field(
+        "off", description="minibatch: before selection, apply each merged edit alone to the current skill and roll "
+                           "it out on a few failures its analysts were shown, of the types their summary names, and "
+                           "on one solved item of another type; only the edits that win back more than half the "
+                           "failures of one type, net, and gain overall compete for the budget, by their gain, with "
+                           "no ranking call (update_mode patch).")
+    edit_screen_items: int = Field(2, ge=1, description="edit_screen minibatch: the failures of each aimed type (at "
+                                                        "most two types) an edit is tried on.")
     parent_selection: Literal["current", "pareto"] = Field(
         "current", description="current: each step builds on the current skill; pareto: on a skill drawn from the "
                                "front of those accepted so far (and the initial one), each leading some task type on "
@@ -280,7 +303,7 @@ class SkillConfig(Section):
                                  f"{list(price)}")
         return prices
 
-    @field_validator("prune", "repair", mode="before")
+    @field_validator("prune", "repair", "blocker_search", "edit_screen", mode="before")
     @classmethod
     def _off(cls, value: Any) -> Any:
         return "off" if value is False else value  # `--set prune=off` reads as YAML's false
@@ -315,6 +338,8 @@ class SkillConfig(Section):
                                          ("lr_control", self.lr_control != "fixed"),
                                          ("update_mode", self.update_mode != "patch"),
                                          ("prune", self.prune != "off"),
+                                         ("blocker_search", self.blocker_search != "off"),
+                                         ("edit_screen", self.edit_screen != "off"),
                                          ("parent_selection", self.parent_selection != "current")) if on]
             if clash:
                 raise ValueError(f"mode bank grows a bank of skills, not one document: {clash[0]} does not apply "

@@ -19,16 +19,20 @@ from pydantic import BaseModel, ConfigDict
 from skillstate.config import SkillConfig
 from skillstate.engine import gating
 from skillstate.engine.context import RunContext
+from skillstate.engine.line_ablation import ablate
 from skillstate.engine.parsing import parse_reply
 from skillstate.engine.prompting import compose, to_json
 from skillstate.engine.scoring import evaluate_cached, evaluate_early
 from skillstate.engine.stages import early_reject_reason, gate_decision
 from skillstate.engine.update import patch_with
 from skillstate.log.events import Event
+from skillstate.log.events_blocker import LineAblation
 from skillstate.log.prune_events import PruneDecided, PruneLine, PruneProposed
 from skillstate.log.reducer import RunState, cache_key, need
+from skillstate.skillopt import blockers as blocker_rules
 from skillstate.skillopt import gate as gate_rules
 from skillstate.skillopt import prune as rules
+from skillstate.skillopt.gate_robust import item_value
 from skillstate.skillopt.guidance import body_of
 from skillstate.skillopt.scheduler import position
 from skillstate.skillopt.tree_edits import md_of
@@ -97,17 +101,60 @@ def propose(ctx: RunContext, state: RunState) -> list[Event]:
                 found[line] = found[line].model_copy(update={"reasons": found[line].reasons + [rules.OPTIMIZER]})
         else:
             found[line] = PruneLine(line=line, reasons=[rules.OPTIMIZER])
+    tested = lowest_type_test(ctx, state, base, body) if cfg.prune_blockers else {}
+    blocker = _blocker_of(tested)
+    if blocker is not None and blocker.part is None and blocker.line not in rejected:  # a whole line: first
+        found = {blocker.line: PruneLine(line=blocker.line, reasons=[BLOCKS], of=tested["blocked_type"]),
+                 **{k: v for k, v in found.items() if k != blocker.line}}
     picked = [p for p in found.values() if rules.whole_line_first(body, p.line)][: cfg.prune_max_lines]
     common: dict[str, Any] = dict(after_step=after, epoch=epoch, base_skill=base_hash, status=status,
                                   reasoning=(reply.reasoning if reply is not None else result.error or "")[:2000],
-                                  call=result.ref)
-    if not picked:
+                                  call=result.ref, **tested)
+    clause = (blocker is not None and blocker.part is not None and blocker.line not in rejected
+              and blocker.line not in {p.line for p in picked})
+    if not picked and not clause:
         return [PruneProposed(**common)]
     edits = rules.deletion_edits([p.line for p in picked])
+    if clause and blocker is not None:  # one clause of a line holds the type down: the rest of the line stays
+        edits.append(blocker.edit)
+        picked.append(PruneLine(line=blocker.line, reasons=[BLOCKS_CLAUSE], of=tested["blocked_type"]))
     text, report, _ = patch_with(ctx.config, base, edits)
     skill = ctx.put_skill(text)
     return [PruneProposed(skill=skill if skill != base_hash else None, lines=picked, edits=edits, report=report,
                           **common)]
+
+
+BLOCKS, BLOCKS_CLAUSE = "blocks", "blocks_clause"  # (why a line is proposed: it holds the tested type down)
+
+
+def lowest_type_test(ctx: RunContext, state: RunState, skill: str, body: str) -> dict[str, Any]:
+    """prune_blockers: the current skill's lowest task type on val (its gate score at most STUCK, with two
+    failed items or more), each line of the skill removed in turn and rolled out on those items (at most
+    blocker_items); PruneProposed's fields, empty when no type is that low."""
+    cfg, split = ctx.config, ctx.config.val_split
+    current = need(state.current_skill, "the current skill")
+    scores = state.score_cache.get(cache_key(split, current))
+    key = cache_key(split, current)
+    blob = state.results_cache.get(key) or state.slow_results.get(key)
+    if scores is None or not blob:
+        return {}
+    rule = gating.rule_of(cfg)
+    results = gating.recorded_results(ctx, state, split, current)
+    scored = [(r.item_id, r.task_type or "untyped", item_value(r.hard, r.soft, rule)) for r in
+              (results[i["id"]] for i in ctx.env.items(split) if i["id"] in results)]
+    low = blocker_rules.low_types(gating.by_type(scores, rule), [(t, v) for _, t, v in scored])
+    lines = [ln for ln in dict.fromkeys(rules.content_lines(body)) if rules.whole_line_first(body, ln)]
+    if not low or not lines:
+        return {}
+    ids = blocker_rules.stuck_items(scored, low[0], cfg.blocker_items)
+    before = [v for i, _, v in scored if i in set(ids)]
+    done = ablate(ctx, state, low[0], lines, ids, before, lambda removal: patch_with(cfg, skill, [removal])[0])
+    return {"blocked_type": low[0], "type_items": ids, "type_ablations": done.ablations, "type_found": done.chosen}
+
+
+def _blocker_of(tested: dict[str, Any]) -> LineAblation | None:
+    found = tested.get("type_found")
+    return tested["type_ablations"][found] if found is not None else None
 
 
 def decide(ctx: RunContext, state: RunState) -> list[Event]:

@@ -13,7 +13,20 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from skillstate.config import RUNTIME_KEYS, SkillConfig, redact, stored_config
-from skillstate.engine import ahead, bank, epoch, final_select, policy_stages, prune, reflect, repair, stages, update
+from skillstate.engine import (
+    ahead,
+    bank,
+    blockers,
+    edit_screen,
+    epoch,
+    final_select,
+    policy_stages,
+    prune,
+    reflect,
+    repair,
+    stages,
+    update,
+)
 from skillstate.engine.context import ProgressCallback, RunContext, RunLog, StoreLog
 from skillstate.engine.create import (  # noqa: F401  (re-exported)
     FIXED_ON_FORK,
@@ -59,6 +72,7 @@ STAGES: dict[str, Stage] = {
     "reflect": reflect.reflect,
     "aggregate": reflect.aggregate,
     "learning_rate": update.choose_learning_rate,
+    "screen": edit_screen.try_edits,
     "select": update.select,
     "update": update.update,
     "seed_bank": bank.seed_bank,
@@ -68,6 +82,7 @@ STAGES: dict[str, Stage] = {
     "evaluate": stages.evaluate_candidate,
     "gate": stages.decide,
     "repair": repair.ablate,
+    "blocker_search": blockers.search,
     "epoch_compare": epoch.compare_epochs,
     "slow_update": epoch.slow_update,
     "slow_update_decide": epoch.slow_update_decide,
@@ -129,6 +144,8 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
     if cfg.update_mode != "full_rewrite":  # full_rewrite has no budget: no learning rate, no select
         if cfg.lr_control == "autonomous" and p.learning_rate is None:
             return "learning_rate"
+        if edit_screen.due(cfg, p):
+            return "screen"
         if p.selected is None:
             return "select"
     if p.candidate is None:
@@ -137,6 +154,8 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
         return "evaluate"
     if repair.due(cfg, p):
         return "repair"
+    if blockers.due(cfg, state):
+        return "blocker_search"
     return "gate"
 
 

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from skillstate.engine import gating
+from skillstate.engine.blockers import gate_note as blocker_note
 from skillstate.engine.context import RunContext
 from skillstate.engine.scoring import (
     evaluate,
@@ -150,13 +151,14 @@ def decide(ctx: RunContext, state: RunState) -> list[Event]:
         if not robust:
             return [GateDecided(step=p.step, decision=gate_rules.REJECT, candidate_score=part.upper_bound,
                                 current_score=current, best_score=best,
-                                reason=early_reject_reason(part, current) + repair_note(p.repair))]
+                                reason=early_reject_reason(part, current) + repair_note(p.repair)
+                                + blocker_note(state))]
         early = gating.early_verdict(ctx, state, evaluation, evaluation.split, current)
         paired, guard = gating.recorded(early.paired, early.guard, cfg, bound=True)
         return [GateDecided(step=p.step, decision=gate_rules.REJECT, candidate_score=part.upper_bound,
                             current_score=current, best_score=best, rule=cfg.gate_rule, paired=paired,
                             type_guard=guard, reason=gating.early_reason(early, current, part.scored, part.of, cfg)
-                            + repair_note(p.repair))]
+                            + repair_note(p.repair) + blocker_note(state))]
     score = evaluation.scores.gate
     verdicts: gating.Verdicts = (None, None)
     if robust:
@@ -170,7 +172,7 @@ def decide(ctx: RunContext, state: RunState) -> list[Event]:
         reason += "; candidate identical to the current skill"
     if candidate.status != "ok":
         reason += f"; the rewrite call failed ({candidate.status})"
-    reason += repair_note(p.repair)
+    reason += repair_note(p.repair) + blocker_note(state)
     return [GateDecided(step=p.step, decision=decision, candidate_score=score, current_score=current,
                         best_score=best, reason=reason, forced=forced, rule=cfg.gate_rule, paired=verdicts[0],
                         type_guard=verdicts[1])]
@@ -195,7 +197,7 @@ def skip_reason(state: RunState, update_mode: str) -> str | None:
         if dropped and len(dropped) == p.selected.candidates:
             reasons = Counter(d.reason for d in dropped)
             listed = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(reasons.items()))
-            if "rejected_before" in reasons:  # drop_rejected_edits (older logs never have it: their text stays)
+            if "rejected_before" in reasons or "screened_out" in reasons:  # (older logs never have them)
                 return f"every proposed edit was left out before selection ({listed})"
             return f"every proposed edit would change nothing ({listed})"
         return "the autonomous learning rate chose 0 edits"

@@ -12,11 +12,13 @@ from skillstate.engine.context import RunContext
 from skillstate.engine.parsing import RankReply, SkillReply, extract_json, parse_reply
 from skillstate.engine.prompting import compose, edits_json, to_json
 from skillstate.log.events import ApplyEntry, CandidateBuilt, Edit, EditsSelected, Event, LearningRateChosen
+from skillstate.log.events_screen import EditsScreened
 from skillstate.log.reducer import RunState, need, step_progress
 from skillstate.log.values import DroppedEdit
 from skillstate.skillopt.describe import DESCRIBE, apply_describe
 from skillstate.skillopt.editor import CHANGED, apply_edits
 from skillstate.skillopt.guidance import body_of, front_of, guidance_of, protect, with_guidance
+from skillstate.skillopt.minibatch import ranked
 from skillstate.skillopt.scheduler import clamp_edit_count
 from skillstate.skillopt.screen import edit_key, normalized_counts, screen_describes, screen_edits
 from skillstate.skillopt.tree_edits import is_skill_md_edit, md_of, patch_tree, screen_file_edits, with_md
@@ -64,6 +66,8 @@ def select(ctx: RunContext, state: RunState) -> list[Event]:
     base = ctx.skill(p.base_skill)
     kept, dropped = screen(ctx.config, state, base, edits)
     budget = p.learning_rate.chosen if p.learning_rate is not None else p.edit_budget
+    if p.screened is not None:  # edit_screen: the edits that passed their minibatch, by their gain; no ranking
+        return [selected_by_screen(p.step, edits, kept, dropped, p.screened, budget)]
     common: dict[str, Any] = dict(step=p.step, budget=budget, candidates=len(edits), dropped=dropped)
     if len(kept) <= budget or budget == 0:
         indices = kept[:budget]
@@ -85,6 +89,19 @@ def select(ctx: RunContext, state: RunState) -> list[Event]:
     indices = [kept[i] for i in picked]
     return [EditsSelected(method=method, selected_indices=indices, edits=[edits[i] for i in indices],
                           call=result.ref, **common)]
+
+
+def selected_by_screen(step: int, edits: list[Edit], kept: list[int], dropped: list[DroppedEdit],
+                       screened: EditsScreened, budget: int) -> EditsSelected:
+    """The selection after the minibatch screen: of the edits kept, those that passed, the largest gain first,
+    cut to the budget; the others are dropped as `screened_out`."""
+    tried = {t.index: t for t in screened.tried}
+    passed = [i for i in kept if i in tried and tried[i].passed]
+    out = [DroppedEdit(index=i, reason="screened_out") for i in kept if i not in passed]
+    indices = ranked(passed, [tried[i].gain for i in passed])[:budget]
+    return EditsSelected(step=step, budget=budget, candidates=len(edits), method="screened" if indices else "none",
+                         selected_indices=indices, edits=[edits[i] for i in indices],
+                         dropped=sorted(dropped + out, key=lambda d: d.index))
 
 
 def screen(config: Any, state: RunState, base: str, edits: list[Edit]) -> tuple[list[int], list[DroppedEdit]]:

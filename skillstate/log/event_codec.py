@@ -31,6 +31,7 @@ from skillstate.log.events import (
     TestEvaluated,
 )
 from skillstate.log.events_bank import BankEvolved, BankSeeded, BankValidated, SkillsDistilled
+from skillstate.log.events_blocker import BlockerSearched
 from skillstate.log.events_epoch import (
     EpochCompared,
     EpochEnded,
@@ -42,6 +43,7 @@ from skillstate.log.events_epoch import (
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_policy import PolicyBankEvolved, PolicyStarted, PolicyTrained, PolicyValidated
 from skillstate.log.events_repair import EditsAblated
+from skillstate.log.events_screen import EditsScreened
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.selection_events import FinalSelected, SelectionScored
 
@@ -53,7 +55,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         GateDecided, TestEvaluated, EpochCompared, SlowUpdateProposed, SlowUpdateDecided, MetaSkillWritten,
         EpochEnded, FinalValidated, StopConditionMet, SkillsDistilled, BankValidated, BankEvolved, BankSeeded,
         PruneProposed, PruneDecided,
-        EditsAblated, ParentChosen,
+        EditsAblated, ParentChosen, BlockerSearched, EditsScreened,
         SelectionScored, FinalSelected,
         PolicyStarted, PolicyTrained, PolicyValidated, PolicyBankEvolved,
     )

@@ -4,11 +4,12 @@ in `skillstate.log.event_codec`; folded by `skillstate.log.prune_fold`."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from skillstate.log.events import Event, PairedTest, TypeGuard
+from skillstate.log.events_blocker import LineAblation
 from skillstate.log.values import ApplyEntry, CallRef, Edit, Frozen, PartialEval, Scores, Usage, usage_of
 
 
@@ -33,12 +34,30 @@ class PruneProposed(Event):
     status: str = "ok"  # the optimizer's reply: ok | unparseable | error
     reasoning: str = ""
     call: CallRef | None = None
+    # prune_blockers: the lowest task type on val, its failed items, each line of the skill removed and rolled
+    # out on them, and the ablation that named a line holding it down (its edit is among `edits`). Left out of
+    # the stored payload when no type was tested, so a proposal without the test reads as it always did.
+    blocked_type: str | None = None
+    type_items: list[str] = Field(default_factory=list)
+    type_ablations: list[LineAblation] = Field(default_factory=list)
+    type_found: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_type_test_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("blocked_type") is None:
+            for key in ("blocked_type", "type_items", "type_ablations", "type_found"):
+                data.pop(key, None)
+        return data
 
     def blob_refs(self) -> list[str]:
-        return [self.base_skill] + ([self.skill] if self.skill else [])
+        refs = [self.base_skill] + ([self.skill] if self.skill else [])
+        for a in self.type_ablations:
+            refs += [a.skill, *(r.trajectory for r in a.results if r.trajectory)]
+        return refs
 
     def usage(self) -> dict[str, Usage]:
-        return usage_of([self.call])
+        return usage_of([self.call, *(c for a in self.type_ablations for r in a.results for c in r.all_calls())])
 
 
 class PruneDecided(Event):

@@ -35,6 +35,7 @@ from skillstate.log.events import (
     Usage,
 )
 from skillstate.log.events_bank import BankEvolved, BankSeeded, BankValidated, SkillsDistilled
+from skillstate.log.events_blocker import BlockerSearched
 from skillstate.log.events_epoch import (
     EpochCompared,
     EpochEnded,
@@ -46,6 +47,7 @@ from skillstate.log.events_epoch import (
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_policy import PolicyBankEvolved, PolicyStarted, PolicyTrained, PolicyValidated
 from skillstate.log.events_repair import EditsAblated
+from skillstate.log.events_screen import EditsScreened
 from skillstate.log.policy_fold import reduce_policy
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.prune_fold import fold_prune
@@ -78,6 +80,8 @@ STAGE_OF = {
     "CandidateBuilt": "update",
     "CandidateEvaluated": "gate",
     "EditsAblated": "repair",
+    "BlockerSearched": "blocker",
+    "EditsScreened": "screen",
     "SkillsDistilled": "distill",
     "BankValidated": "validate",
     "BankEvolved": "evolve",
@@ -259,6 +263,12 @@ def reduce(state: RunState, event: Event) -> RunState:
         p = _progress(state, event)
         return replace(state, progress=replace(p, learning_rate=event))
 
+    if isinstance(event, EditsScreened):
+        p = _progress(state, event)
+        if p.merged is None or p.screened is not None or p.selected is not None:
+            raise FoldError("EditsScreened before the merge, after the selection, or twice")
+        return replace(state, progress=replace(p, screened=event))
+
     if isinstance(event, EditsSelected):
         p = _progress(state, event)
         return replace(state, progress=replace(p, selected=event))
@@ -276,6 +286,12 @@ def reduce(state: RunState, event: Event) -> RunState:
                                                                     or a.index in event.trimmed)]
         return replace(state, progress=replace(p, repair=event),
                        rejected_edits=_count_edits(state.rejected_edits, dropped))
+
+    if isinstance(event, BlockerSearched):
+        p = _progress(state, event)
+        if p.evaluation is None or p.blocker is not None:
+            raise FoldError("BlockerSearched before the candidate was evaluated, or twice")
+        return replace(state, progress=replace(p, blocker=event))
 
     if isinstance(event, CandidateEvaluated):
         p = _progress(state, event)

@@ -26,10 +26,12 @@ from skillstate.log.events import (
     Usage,
 )
 from skillstate.log.events_bank import BankEvolved, BankValidated, SkillsDistilled
+from skillstate.log.events_blocker import BlockerSearched
 from skillstate.log.events_epoch import EpochCompared, MetaSkillWritten, SlowUpdateDecided, SlowUpdateProposed
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_policy import Checkpoint, PolicyBankEvolved, PolicyStarted, PolicyTrained, PolicyValidated
 from skillstate.log.events_repair import EditsAblated
+from skillstate.log.events_screen import EditsScreened
 from skillstate.log.prune_events import PruneProposed
 from skillstate.log.selection_events import FinalSelected, SelectionScored
 
@@ -53,10 +55,12 @@ class StepProgress:
     patches: tuple[PatchProposed, ...] = ()
     merged: PatchesMerged | None = None
     learning_rate: LearningRateChosen | None = None
+    screened: EditsScreened | None = None  # edit_screen minibatch: the merged edits tried before selection
     selected: EditsSelected | None = None
     candidate: CandidateBuilt | None = None
     evaluation: CandidateEvaluated | None = None
     repair: EditsAblated | None = None  # repair: ablate (the candidate after it, when repaired, is `candidate`)
+    blocker: BlockerSearched | None = None  # blocker_search (the candidate after it, when found, is `candidate`)
     # mode bank: the step's distillation, validation and evolution
     distilled: SkillsDistilled | None = None
     validated: BankValidated | None = None

@@ -1,0 +1,70 @@
+"""The minibatch screen (`edit_screen: minibatch`): before selection, each merged edit that would change
+the skill is applied alone to the current skill and rolled out on a few items of the step's batch (see
+`skillstate.skillopt.minibatch`); only the edits that pass compete for the budget, by what they gained,
+and the ranking call is not made. Its rollouts are journaled calls like any other; its one event
+(`EditsScreened`) is appended at once, so resume, replay and verify reproduce it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skillstate.config import SkillConfig
+from skillstate.engine import gating
+from skillstate.engine.blockers import patches_of
+from skillstate.engine.context import RunContext
+from skillstate.engine.scoring import check_rollout_errors, rollout_one
+from skillstate.engine.update import patch_with, screen
+from skillstate.log.events import Event, ItemResult
+from skillstate.log.events_screen import EditsScreened, EditTried
+from skillstate.log.reducer import RunState, StepProgress, need, step_progress
+from skillstate.skillopt import blockers as blocker_rules
+from skillstate.skillopt import minibatch as rules
+from skillstate.skillopt.gate_robust import item_value
+
+
+def due(cfg: SkillConfig, p: StepProgress) -> bool:
+    """The screen comes next: on, a patch step (outside mode bank) whose edits are merged and not yet tried."""
+    return (cfg.edit_screen != "off" and cfg.mode == "skill" and cfg.update_mode == "patch"
+            and p.merged is not None and p.screened is None and p.selected is None)
+
+
+def try_edits(ctx: RunContext, state: RunState) -> list[Event]:
+    p = step_progress(state)
+    cfg = ctx.config
+    edits = need(p.merged, "PatchesMerged").edits
+    base = ctx.skill(p.base_skill)
+    kept, _ = screen(cfg, state, base, edits)  # only the edits that would change the skill are tried
+    if not kept:
+        return [EditsScreened(step=p.step, reason="no merged edit would change the skill: nothing to try")]
+    rule = gating.rule_of(cfg)
+
+    def value(r: ItemResult) -> float:
+        return item_value(r.hard, r.soft, rule)
+
+    current = {r.item_id: r for r in need(p.rollout, "RolloutCompleted").results}
+    batch = [(r.item_id, r.task_type or "untyped", value(r)) for r in current.values()]
+    patches = patches_of(state)
+    plans: list[dict[str, Any]] = []
+    for i in kept:
+        aims = blocker_rules.aimed_items(patches, [edits[i]])
+        ids = rules.minibatch(aims, batch, cfg.edit_screen_items, cfg.seed, p.step, i)
+        plans.append(dict(index=i, aimed=list(aims), ids=ids, skill=patch_with(cfg, base, [edits[i]])[0]))
+    jobs = [(n, ctx.env.item(item_id)) for n, plan in enumerate(plans) for item_id in plan["ids"]]
+    ctx.expect_calls(ctx.rollout_calls(len(jobs)))
+    done = ctx.map(lambda job: rollout_one(ctx, plans[job[0]]["skill"], job[1]), jobs)
+    check_rollout_errors(ctx, done)
+    tried, at = [], 0
+    for plan in plans:
+        results = done[at: at + len(plan["ids"])]
+        at += len(plan["ids"])
+        before = [value(current[i]) for i in plan["ids"]]
+        outcomes = [(current[i].task_type or "untyped", value(r), b)
+                    for i, r, b in zip(plan["ids"], results, before, strict=True)]
+        tried.append(EditTried(index=plan["index"], edit=edits[plan["index"]], aimed_types=plan["aimed"],
+                               skill=ctx.put_skill(plan["skill"]), item_ids=plan["ids"], results=results,
+                               failed=sum(1 for v in before if v < 1),
+                               gain=rules.net([value(r) for r in results], before),
+                               passed=rules.passes(outcomes, plan["aimed"])))
+    passed = sum(1 for t in tried if t.passed)
+    return [EditsScreened(step=p.step, tried=tried,
+                          reason=f"{passed} of {len(tried)} edits passed on their minibatches")]
