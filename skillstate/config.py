@@ -146,6 +146,8 @@ class SkillConfig(Section):
                            "no ranking call (update_mode patch).")
     edit_screen_items: int = Field(2, ge=1, description="edit_screen minibatch: the failures of each aimed type (at "
                                                         "most two types) an edit is tried on.")
+    edit_screen_others: int = Field(1, ge=0, description="edit_screen minibatch: the items of other types, which "
+                                                         "the current skill got right, an edit is also tried on.")
     parent_selection: Literal["current", "pareto"] = Field(
         "current", description="current: each step builds on the current skill; pareto: on a skill drawn from the "
                                "front of those accepted so far (and the initial one), each leading some task type on "

@@ -47,7 +47,7 @@ def try_edits(ctx: RunContext, state: RunState) -> list[Event]:
     plans: list[dict[str, Any]] = []
     for i in kept:
         aims = blocker_rules.aimed_items(patches, [edits[i]])
-        ids = rules.minibatch(aims, batch, cfg.edit_screen_items, cfg.seed, p.step, i)
+        ids = rules.minibatch(aims, batch, cfg.edit_screen_items, cfg.seed, p.step, i, cfg.edit_screen_others)
         plans.append(dict(index=i, aimed=list(aims), ids=ids, skill=patch_with(cfg, base, [edits[i]])[0]))
     jobs = [(n, ctx.env.item(item_id)) for n, plan in enumerate(plans) for item_id in plan["ids"]]
     ctx.expect_calls(ctx.rollout_calls(len(jobs)))

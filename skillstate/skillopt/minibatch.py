@@ -21,12 +21,12 @@ MAX_TYPES = 2  # an edit is tried on the failures of at most this many of the ty
 
 
 def minibatch(aims: Mapping[str, Sequence[str]], batch: Sequence[Outcome], per_type: int, seed: int, step: int,
-              index: int) -> list[str]:
+              index: int, others: int = 1) -> list[str]:
     """The items edit `index` of step `step` is tried on, in batch order. For each type it was aimed at
     (`aims`: type -> the failures of that type its analysts were shown; at most MAX_TYPES, those with the
     most failures first, then by name), up to `per_type` of those failures; with no aim, `per_type` failed
-    items of any type. Then one item of a type not aimed at that the current skill got right. Each group is
-    drawn in a shuffle seeded by (seed, step, index)."""
+    items of any type. Then `others` items of types not aimed at that the current skill got right. Each
+    group is drawn in a shuffle seeded by (seed, step, index)."""
     rng = seeded_rng("edit-screen", seed, step, index)
     position = {item_id: n for n, (item_id, _, _) in enumerate(batch)}
     value = {item_id: v for item_id, _, v in batch}
@@ -42,7 +42,7 @@ def minibatch(aims: Mapping[str, Sequence[str]], batch: Sequence[Outcome], per_t
         chosen += ids[:per_type]
     solved = [i for i, t, v in batch if v >= 1 and t not in aims]
     rng.shuffle(solved)
-    chosen += solved[:1]
+    chosen += solved[:others]
     return sorted(dict.fromkeys(chosen), key=lambda i: position[i])
 
 
