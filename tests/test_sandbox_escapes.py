@@ -148,7 +148,15 @@ def test_the_private_folders_are_bounded_in_size(tmp_path):
     assert sizes and max(sizes) <= 65, out  # du rounds up
 
 
-@pytest.mark.skipif(make_group(16, 64 * MB) is None, reason="needs a memory cgroup the driver can make (root)")
+def can_make_groups() -> bool:
+    group = make_group(16, 64 * MB)
+    if group is None:
+        return False
+    group.drop()
+    return group.memory is not None
+
+
+@pytest.mark.skipif(not can_make_groups(), reason="needs a memory cgroup the driver can make (root)")
 def test_memory_counts_what_the_command_keeps_in_its_in_memory_folders(tmp_path):
     settings = FAST.model_copy(update={"memory_mb": 128, "tmp_mb": 1024})
     result = run_command("for i in 1 2 3 4 5 6 7 8; do head -c 50M /dev/zero > /tmp/fill$i; done; echo STILL-HERE",
@@ -248,3 +256,188 @@ def test_file_names_count_against_the_records_bound(tmp_path):
 def test_the_sandbox_still_runs_pythons_tools(tmp_path):
     out = sh(f"{sys.executable} -c 'import pytest, json; print(\"ok\")'; python -m pytest --version", tmp_path)
     assert "ok" in out and "pytest" in out, out
+
+
+# --- found in review: what an agent shapes never stops the run, never scores another rollout --------------------
+
+def deep_tree(root: Path, depth: int = 1500) -> None:
+    here = os.open(root, os.O_RDONLY)
+    for _ in range(depth):  # relative to a folder's descriptor: no path of the driver's grows past its limit
+        os.mkdir("d", dir_fd=here)
+        nxt = os.open("d", os.O_RDONLY, dir_fd=here)
+        os.close(here)
+        here = nxt
+    os.close(here)
+
+
+def test_a_tree_nested_past_the_bound_ends_the_rollout_and_is_not_read(tmp_path):
+    env = build()
+    item = bundled_tasks()[1]
+    with env.workspace() as box:
+        for path, text in item["files"].items():
+            (box.root / path).parent.mkdir(parents=True, exist_ok=True)
+            (box.root / path).write_text(text)
+        deep_tree(box.root)
+        hard, _soft, reason, diff, check = env.judge(box.root, item, "", box)
+        assert hard == 0.0 and reason.startswith("sandbox_limit") and "deep" in reason, reason
+        assert diff.startswith("(not read") and check["result"].startswith("not run")
+    from skillstate.envs.workspace.workspace_scan import remove_tree
+
+    (tmp_path / "x").mkdir()
+    deep_tree(tmp_path / "x")
+    remove_tree(tmp_path / "x")  # however deep
+    assert not (tmp_path / "x").exists()
+
+
+def test_what_an_agent_prints_or_sends_nested_deep_is_clipped_or_refused():
+    from skillstate.envs.workspace.harness import read_events
+    from skillstate.envs.workspace.proxy.protocols import CHAT
+    from skillstate.envs.workspace.proxy.server import AgentProxy
+
+    events, _log = read_events("[" * 900 + "]" * 900 + '\n{"type": "ok"}\n')
+    assert events[-1] == {"type": "ok"} and "clipped" in events[0]
+    deep: dict = {}
+    cur = deep
+    for _ in range(900):
+        cur["p"] = {}
+        cur = cur["p"]
+
+    def complete(messages, tools=None):
+        raise AssertionError("a request nested this deep is never sent")
+
+    proxy = AgentProxy(complete)
+    code, body = proxy.answer(CHAT, {"messages": [{"role": "user", "content": "hi"}],
+                                     "tools": [{"type": "function", "function": {"name": "t", "parameters": deep}}]})
+    assert code == 400 and "deep" in json.dumps(body)
+    assert proxy.raised is None
+
+
+def test_the_checks_cache_sees_every_byte_and_mode(tmp_path):
+    env = build()
+    item = bundled_tasks()[1]
+    with env.workspace() as box:
+        for path, text in {**item["files"], **item["solution"]}.items():
+            (box.root / path).parent.mkdir(parents=True, exist_ok=True)
+            (box.root / path).write_text(text)
+        (box.root / "tally" / "money.py").chmod(0)  # the right code, unreadable: this rollout fails
+        hostile = env._check(box.root, item, box)
+        (box.root / "tally" / "money.py").chmod(0o644)  # an honest rollout that left the same text
+        honest = env._check(box.root, item, box)
+    assert not hostile["passed"] and honest["passed"], (hostile, honest)
+
+
+def test_a_planted_compiled_cache_never_runs_in_the_check():
+    import py_compile
+
+    env = build()
+    item = bundled_tasks()[1]
+    case = '<testcase classname="tests.test_percent_of" name="test_percent_of"/>'
+    forged = (f"import os\nopen('/tmp/.skillstate-check/report', 'w').write("
+              f"'<testsuites><testsuite>{case}</testsuite></testsuites>')\nos._exit(0)\n")
+    with env.workspace() as box:
+        for path, text in item["files"].items():
+            (box.root / path).parent.mkdir(parents=True, exist_ok=True)
+            (box.root / path).write_text(text)
+        source = box.root / "forged.py"
+        source.write_text(forged)
+        cache = box.root / "tally" / "__pycache__"
+        cache.mkdir()
+        py_compile.compile(str(source), cfile=str(cache / f"money.{sys.implementation.cache_tag}.pyc"),
+                           invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+        source.unlink()
+        hard, _soft, _reason, diff, check = env.judge(box.root, item, "", box)
+    assert hard == 0.0 and not check["passed"] and diff == "", check
+
+
+def test_sparse_files_are_looked_at_not_read():
+    env = build(sandbox={"workspace_mb": 64})
+    item = bundled_tasks()[1]
+    with env.workspace() as box:
+        for n in range(3):
+            with open(box.root / f"sparse{n}", "wb") as f:
+                f.truncate(50 * 1024 * MB)  # 50 GB each, no block on the disk
+        assert "add up to more than" in (box.problem() or "")
+        record = record_workspace(box.root, item["files"], 64 * MB)
+        assert not record.complete and len(record.manifest) < 1000
+        hard, _soft, reason, _diff, _check = env.judge(box.root, item, "", box)
+        assert hard == 0.0 and reason.startswith("sandbox_limit")
+
+
+def test_a_workspace_with_too_many_files_ends_the_rollout_and_list_files_is_clipped():
+    env = build(sandbox={"workspace_files": 500, "wall_seconds": 30})
+    with env.workspace() as box:
+        ended: list[str] = []
+        env._act(box.root, "run", json.dumps({"command": "mkdir many && cd many && seq 1 800 | xargs touch"}),
+                 box, ended)
+        assert ended and "500" in ended[0], ended
+    env = build()
+    with env.workspace() as box:
+        (box.root / "many").mkdir()
+        for n in range(2500):
+            (box.root / "many" / str(n)).write_text("")
+        listed, _invalid = env._act(box.root, "list_files", "{}")
+        assert listed.count("\n") <= 2001 and listed.endswith("and 500 more files")
+
+
+def test_what_a_check_writes_to_its_report_folder_is_bounded():
+    env = build(sandbox={"wall_seconds": 30})
+    item = {**bundled_tasks()[1], "check": "for i in 1 2 3; do head -c 10M /dev/zero > /tmp/.skillstate-check/f$i; "
+                                           "done; echo '{\"passed\": true}' > {report}", "check_report": "json"}
+    result = env.check_solution(item, item["solution"])
+    assert not result["passed"], result
+
+
+def test_a_dead_drivers_leftovers_are_swept(tmp_path):
+    import subprocess
+    import tempfile
+
+    from skillstate.envs.workspace import workspace_dir as wd
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    base = Path(tempfile.gettempdir())
+    left = [base / f"skillstate-check-{dead.pid}-x", base / f"skillstate-ws-{dead.pid}-y",
+            Path(f"/tmp/ss-{dead.pid}-z")]
+    for folder in left:
+        (folder / "workspace").mkdir(parents=True)
+    group = make_group(16, 64 * MB)
+    if group is not None:  # a group named as a dead driver's
+        for d in group.dirs:
+            d.rename(d.parent / f"skillstate-{dead.pid}-1")
+    wd._swept.clear()
+    wd.sweep_orphans()
+    assert not any(folder.exists() for folder in left)
+    if group is not None:
+        assert not any((d.parent / f"skillstate-{dead.pid}-1").exists() for d in group.dirs)
+
+
+def test_verify_rebuilds_every_permission_bit(tmp_path):
+    item = bundled_tasks()[1]
+    root = workspace_of(tmp_path, item)
+    (root / "tally" / "money.py").chmod(0o600)
+    (root / "secret.txt").write_text("x")
+    (root / "secret.txt").chmod(0o000)
+    env, trajectory, result, record, _before = recorded(root, item)
+    assert check_recorded(env, item, trajectory, result, record.blobs.__getitem__) is None
+    modes = {json.dumps(f["path"]): f["mode"] for f in json.loads(record.manifest.split("\n", 1)[1])["files"]}
+    assert modes['"secret.txt"'] == 0 and modes['"tally/money.py"'] == 0o600
+
+
+def test_a_content_length_of_unicode_digits_is_no_length():
+    import socket
+
+    from skillstate.envs.workspace.proxy.server import AgentProxy
+
+    def complete(messages, tools=None):
+        raise AssertionError("never sent")
+
+    def agent() -> bytes:
+        host, port = proxy.base_url.split("//")[1].split("/")[0].split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nAuthorization: Bearer {proxy.key}\r\n"
+                         "Content-Length: \u00b2\r\n\r\n".encode())
+            return conn.recv(200)
+
+    with AgentProxy(complete) as proxy:
+        reply = proxy.run_while(agent)  # an empty body: a request with no messages, refused
+    assert reply.startswith(b"HTTP/1.") and b" 400 " in reply.split(b"\r\n")[0], reply

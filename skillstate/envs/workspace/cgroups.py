@@ -12,8 +12,10 @@ back on resource limits (sandbox.py says which).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,3 +190,35 @@ def make_group(max_tasks: int, memory_bytes: int) -> Group | None:
     if os.geteuid() != 0:
         return None
     return _v2(max_tasks, memory_bytes) or _v1(max_tasks, memory_bytes)
+
+
+_NAMED = re.compile(r"^(?:skillstate-|cmd-)(\d+)-\d+$")
+
+
+def _parents() -> list[Path]:
+    """Where this process makes groups (and where a driver of an earlier version made them)."""
+    out = [CGROUP_ROOT / "pids" / "skillstate"]
+    for controller in ("pids", "memory"):
+        own = _own_path(controller)
+        if own is not None:
+            out.append(CGROUP_ROOT / controller / own.lstrip("/"))
+    own = _own_path("")
+    if own is not None and (CGROUP_ROOT / "cgroup.controllers").exists():
+        out.append(CGROUP_ROOT / own.lstrip("/"))
+    return out
+
+
+def sweep_groups(alive: Callable[[int], bool]) -> None:
+    """Kill and remove the groups of drivers that are gone (`alive(pid)` says which are not)."""
+    if os.geteuid() != 0:
+        return
+    for parent in _parents():
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        for name in names:
+            found = _NAMED.match(name)
+            if found and not alive(int(found.group(1))):
+                v2 = (parent / name / "cgroup.kill").exists() or (parent / "cgroup.controllers").exists()
+                Group([parent / name], None, v2=v2).drop()

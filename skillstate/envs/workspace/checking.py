@@ -13,11 +13,12 @@ the rollout and by `replay --verify`, which runs the check again on the recorded
 from __future__ import annotations
 
 import json
+import os
 import re
-import shutil
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,13 @@ from skillstate.envs.episode_loop import clip
 from skillstate.envs.workspace.check_report import report_path, verdict
 from skillstate.envs.workspace.files import write_files
 from skillstate.envs.workspace.sandbox import SandboxSettings, head_and_tail, run_command
+from skillstate.envs.workspace.workspace_dir import scratch_dir
+from skillstate.envs.workspace.workspace_scan import fingerprint, remove_tree, scan
 from skillstate.util import hash_value
 
 SANDBOX_ROOT = "/tmp/workspace"  # where the workspace is inside the sandbox
 REPORT_FOLDER = "/tmp/.skillstate-check"
+REPORT_MB = 16  # what a check may write to its report's folder
 # how an agent may stop that is never a success, whatever the check says: a failed target call, an external
 # agent that failed or ran out of time, a command past a limit of the sandbox (the workspace's size, memory)
 NEVER_A_SUCCESS = ("rollout_error", "harness_", "sandbox_limit")
@@ -88,10 +92,9 @@ class Checker:
         self._results: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
-    def check(self, root: Path, item: dict[str, Any]) -> dict[str, Any]:
-        """The check's result on the finished workspace at `root`."""
-        from skillstate.envs.workspace.files import snapshot
-
+    def check(self, root: Path, item: dict[str, Any], watch: Callable[[], str | None] | None = None) -> dict[str, Any]:
+        """The check's result on the finished workspace at `root` (`watch`: see `run_sandboxed`). Its cache is keyed
+        on everything the check can see (`fingerprint`), so no rollout's score is another's."""
         files = item.get("check_files") or {}
         kind = item.get("check_report", "exit")
         try:
@@ -99,29 +102,33 @@ class Checker:
         except (OSError, ValueError) as err:  # the agent left something in the way of the check's files
             return {"command": item["check"], "exit_code": None, "timed_out": False, "passed": False, "soft": 0.0,
                     "result": "the check could not be set up", "output": f"{type(err).__name__}: {err}"}
-        key = hash_value([item["check"], kind, snapshot(root)])
+        seen = fingerprint(root, self.sandbox.workspace_files)
+        key = hash_value([item["check"], kind, files, seen]) if seen is not None else None
         with self._lock:
-            found = self._results.get(key)
+            found = self._results.get(key) if key is not None else None
         if found is not None:
             return dict(found)
-        out = self._run(root, item, files, kind)
-        if not out["timed_out"]:  # a check that ran out of time may pass on a quieter machine
+        out = self._run(root, item, files, kind, watch)
+        if key is not None and not out["timed_out"]:  # a check that ran out of time may pass on a quieter machine
             with self._lock:
                 self._results[key] = out
         return dict(out)
 
-    def _run(self, root: Path, item: dict[str, Any], files: dict[str, str], kind: str) -> dict[str, Any]:
+    def _run(self, root: Path, item: dict[str, Any], files: dict[str, str], kind: str,
+             watch: Callable[[], str | None] | None) -> dict[str, Any]:
         sandboxed = self.sandbox.kind == "bwrap"
-        with tempfile.TemporaryDirectory(prefix="skillstate-check-") as tmp:
-            report, frozen = Path(tmp) / "report", Path(tmp) / "files"
-            report.mkdir()
-            write_files(frozen, files)  # bound over the workspace's copies, read-only
-            readonly = {str(frozen / rel): f"{SANDBOX_ROOT}/{rel}" for rel in files} if sandboxed else None
-            command = with_python(item["check"]).replace("{report}", report_path(report, sandboxed))
-            result = run_command(command, root, self.sandbox, SANDBOX_ROOT,
-                                 binds={str(report): REPORT_FOLDER} if sandboxed else None, readonly=readonly)
-            said = verdict(kind, report, files)
-            shutil.rmtree(tmp, ignore_errors=True)
+        frozen = Path(tempfile.mkdtemp(prefix=f"skillstate-check-{os.getpid()}-"))
+        try:
+            with scratch_dir("skillstate-check-", REPORT_MB, self.sandbox.run_as) as report:
+                write_files(frozen, files)  # bound over the workspace's copies, read-only
+                readonly = {str(frozen / rel): f"{SANDBOX_ROOT}/{rel}" for rel in files} if sandboxed else None
+                command = with_python(item["check"]).replace("{report}", report_path(report, sandboxed))
+                result = run_command(command, root, self.sandbox, SANDBOX_ROOT,
+                                     binds={str(report): REPORT_FOLDER} if sandboxed else None, readonly=readonly,
+                                     watch=_both(watch, report) if watch is not None else None)
+                said = verdict(kind, report, files)
+        finally:
+            remove_tree(frozen)
         out: dict[str, Any] = {"command": item["check"], "exit_code": result.exit_code,
                                "timed_out": result.timed_out, "result": result.summary(),
                                "output": stable(head_and_tail(result.output, 4_000))}
@@ -130,3 +137,12 @@ class Checker:
         else:
             out.update(passed=result.ok and said.passed, soft=said.soft, report=said.summary)
         return out
+
+
+def _both(watch: Callable[[], str | None], report: Path) -> Callable[[], str | None]:
+    """The workspace's watch, and the report's folder's size (where it is not a file system of its own)."""
+    def look() -> str | None:
+        if scan(report, 1024).disk_bytes > REPORT_MB * 1024 * 1024:
+            return f"the check's report passed {REPORT_MB} MB"
+        return watch()
+    return look

@@ -39,6 +39,7 @@ from skillstate.envs.workspace.files import (
     Outside,
     diff_of,
     inside,
+    listing,
     read_text,
     snapshot,
     write_file,
@@ -47,6 +48,7 @@ from skillstate.envs.workspace.files import (
 from skillstate.envs.workspace.harness import HarnessSettings
 from skillstate.envs.workspace.sandbox import SandboxSettings, check_sandbox, run_command
 from skillstate.envs.workspace.workspace_dir import Workspace, workspace_dir
+from skillstate.envs.workspace.workspace_scan import clear_caches
 from skillstate.errors import UserError
 from skillstate.llm.base import CallResult
 from skillstate.skilltree.paths import check_path
@@ -194,7 +196,8 @@ class WorkspaceEnv(ToolEnv):
 
     def workspace(self) -> Any:
         """A new rollout folder with its empty workspace, bounded by `sandbox.workspace_mb` (`workspace_dir`)."""
-        return workspace_dir(self.sandbox.kind, self.sandbox.workspace_mb, self.sandbox.run_as)
+        return workspace_dir(self.sandbox.kind, self.sandbox.workspace_mb, self.sandbox.run_as,
+                             self.sandbox.workspace_files)
 
     def rollout(self, skill: str, item: dict[str, Any], complete: Complete, prompts: dict[str, str]) -> RolloutOutcome:
         with self.workspace() as box:
@@ -255,7 +258,7 @@ class WorkspaceEnv(ToolEnv):
                 break
         else:
             reason = f"max_turns: the agent did not finish within {limit} calls"
-        hard, soft, reason, diff, check = self.judge(root, item, reason)
+        hard, soft, reason, diff, check = self.judge(root, item, reason, box)
         trajectory = {"kind": "workspace", "item_id": item["id"], "task": item["instruction"], "answer": answer,
                       "success": hard >= 1.0, "fail_reason": reason, "steps": steps, "messages": messages,
                       "diff": diff, "check": check}
@@ -267,11 +270,21 @@ class WorkspaceEnv(ToolEnv):
                               task_type=item.get("task_type", ""), calls=calls, trajectory=trajectory,
                               turns=len(calls), skills_loaded=loaded, files_read=read)
 
-    def judge(self, root: Path, item: dict[str, Any], reason: str) -> tuple[float, float, str, str, dict[str, Any]]:
+    def judge(self, root: Path, item: dict[str, Any], reason: str,
+              box: Workspace | None = None) -> tuple[float, float, str, str, dict[str, Any]]:
         """(hard, soft, fail reason, diff, check) of the finished workspace at `root`. `reason` is how the agent
-        stopped (`checking.outcome_of` turns it and the check's result into the score)."""
-        diff = diff_of(item["files"], snapshot(root), self.max_diff_chars)
-        check = self._check(root, item)
+        stopped (`checking.outcome_of` turns it and the check's result into the score). A workspace past its
+        bounds (`box`) is not read: the rollout ends there. Compiled caches are removed first, so that the check
+        runs what the diff shows."""
+        passed = box.problem() if box is not None else None
+        if passed is not None:
+            reason = reason if reason.startswith("sandbox_limit") else f"sandbox_limit: {passed}"
+            check = {"command": item["check"], "exit_code": None, "timed_out": False, "passed": False, "soft": 0.0,
+                     "result": f"not run: {passed}", "output": ""}
+            return 0.0, 0.0, reason, f"(not read: {passed})", check
+        clear_caches(root, self.sandbox.workspace_files)
+        diff = diff_of(item["files"], snapshot(root, self.sandbox.workspace_files), self.max_diff_chars)
+        check = self._check(root, item, box)
         hard, soft, reason = outcome_of(check, reason)
         return hard, soft, reason, diff, check
 
@@ -289,7 +302,7 @@ class WorkspaceEnv(ToolEnv):
             return "error: the arguments must be a JSON object", True
         try:
             if name == "list_files":
-                return "\n".join(sorted(snapshot(root))) or "(no files)", False
+                return listing(root), False
             if name == "read_file":
                 path = inside(root, args.get("path"))
                 text = read_text(path)
@@ -308,10 +321,9 @@ class WorkspaceEnv(ToolEnv):
                     return "error: give the command to run", True
                 watch = box.passed if box is not None and not box.mounted else None
                 result = run_command(with_python(command), root, self.sandbox, SANDBOX_ROOT, watch=watch)
-                passed = box.passed() if box is not None and result.limit is None else None
+                passed = box.problem() if box is not None and result.limit is None else None
                 if ended is not None and (result.limit or passed):
-                    ended.append(result.summary() if result.limit else
-                                 f"the workspace reached its {passed} MB (sandbox.workspace_mb)")
+                    ended.append(result.summary() if result.limit else str(passed))
                 invalid = result.exit_code is None and not result.timed_out and result.limit is None
                 return stable(f"{result.summary()}\n{result.output}"), invalid
             summary = args.get("summary")
@@ -321,9 +333,9 @@ class WorkspaceEnv(ToolEnv):
         except (OSError, ValueError, RuntimeError) as err:  # what a file system the agent shaped can do
             return f"error: {type(err).__name__}: {getattr(err, 'strerror', None) or err}", True
 
-    def _check(self, root: Path, item: dict[str, Any]) -> dict[str, Any]:
-        """The check's result on the finished workspace (`checking.Checker`)."""
-        return self.checker.check(root, item)
+    def _check(self, root: Path, item: dict[str, Any], box: Workspace | None = None) -> dict[str, Any]:
+        """The check's result on the finished workspace (`checking.Checker`), watched as `box` bounds it."""
+        return self.checker.check(root, item, box.passed if box is not None and not box.mounted else None)
 
     def reflection_view(self, trajectory: Any) -> dict[str, Any]:
         view = super().reflection_view(trajectory)
@@ -341,4 +353,4 @@ class WorkspaceEnv(ToolEnv):
         that a reference solution passes)."""
         with self.workspace() as box:
             write_files(box.root, {**item["files"], **files})
-            return self._check(box.root, item)
+            return self._check(box.root, item, box)

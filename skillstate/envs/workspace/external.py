@@ -16,7 +16,6 @@ where a request is the same.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import sys
 import tempfile
@@ -37,7 +36,8 @@ from skillstate.envs.workspace.harness import (
 )
 from skillstate.envs.workspace.proxy.server import AgentProxy
 from skillstate.envs.workspace.sandbox import run_sandboxed
-from skillstate.envs.workspace.workspace_record import BadRecord, rebuild, record_workspace
+from skillstate.envs.workspace.workspace_record import BadRecord, rebuild, record_workspace, unrecorded
+from skillstate.envs.workspace.workspace_scan import clear_caches, remove_tree
 from skillstate.skilltree.bundle import is_bundle, unbundle
 from skillstate.skilltree.frontmatter import front_matter_or_none
 
@@ -101,7 +101,7 @@ def _remove_installed(root: Path, where: str, names: list[str], item: dict[str, 
     for name in names:
         folder = _real_dir(root, f"{where}/{name}")
         if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)  # rmtree removes a symlink inside, never what it points to
+            remove_tree(folder)  # a symlink inside is removed, never what it points to; any depth
     parts = Path(where).parts
     for cut in range(len(parts), 0, -1):  # the folders the install made, where nothing else is in them now
         folder = _real_dir(root, "/".join(parts[:cut]))
@@ -128,7 +128,7 @@ def _socket_path() -> tuple[Path, Path]:
     """Where the proxy's socket goes: a short folder of its own under /tmp (a socket's path is short, and its
     folder's name, which the sandbox's mount table shows, names nothing of the rollout's), returned second to
     be removed."""
-    short = Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp"))
+    short = Path(tempfile.mkdtemp(prefix=f"ss-{os.getpid()}-", dir="/tmp"))
     return short / "proxy.sock", short
 
 
@@ -165,18 +165,27 @@ def external_rollout(env: Any, box: Any, skill: str, item: dict[str, Any], compl
                     how.argv, root, settings, None, env=how.env, stdin=how.stdin, wall_seconds=h.wall_seconds,
                     max_output=AGENT_OUTPUT, stop=proxy.stop, address_mb=h.address_space_mb, watch=watch))
     finally:
-        shutil.rmtree(short, ignore_errors=True)
+        remove_tree(short)
     if proxy.raised is not None:  # the run stopped taking calls (its budget, a fatal endpoint): not this rollout's
         raise proxy.raised
-    passed = None if result.limit else box.passed()
-    _remove_installed(root, where, names, item)
+    passed = None if result.limit else box.problem()  # looked at whole before anything of it is read
+    if passed is None:
+        try:
+            _remove_installed(root, where, names, item)
+            clear_caches(root, env.sandbox.workspace_files)
+            record = record_workspace(root, item["files"], env.max_record_mb * 1024 * 1024,
+                                      env.sandbox.workspace_files)  # before the check writes its files
+        except (OSError, ValueError, RecursionError) as err:  # what a workspace the agent shaped can do
+            passed = f"the workspace could not be read: {type(err).__name__}: {err}"
+    if passed is not None or result.limit:
+        record = unrecorded(passed or result.summary())
     events, log = read_events(result.output)
     answer = next((m.get("content") for m in reversed(proxy.conversation) if m.get("role") == "assistant"
                    and m.get("content")), None)
     if proxy.failure is not None:
         reason = f"rollout_error: {proxy.failure}"
     elif result.limit or passed:
-        reason = f"sandbox_limit: {result.summary() if result.limit else f'the workspace reached its {passed} MB'}"
+        reason = f"sandbox_limit: {result.summary() if result.limit else passed}"
     elif result.timed_out:
         reason = f"harness_timeout: the agent ran past {h.wall_seconds:g} s"
     elif result.exit_code != 0:
@@ -185,13 +194,13 @@ def external_rollout(env: Any, box: Any, skill: str, item: dict[str, Any], compl
         reason = "harness_failed: the agent made no model call"
     else:
         reason = ""
-    record = record_workspace(root, item["files"], env.max_record_mb * 1024 * 1024)  # before the check's files
-    hard, soft, reason, diff, check = env.judge(root, item, reason)
+    hard, soft, reason, diff, check = env.judge(root, item, reason, None if passed else box)
     trajectory = {"kind": "workspace", "harness": h.kind, "item_id": item["id"], "task": item["instruction"],
                   "answer": answer, "success": hard >= 1.0, "fail_reason": reason, "steps": _steps(proxy.conversation),
                   "messages": proxy.conversation, "events": events, "log": log, "exchanges": proxy.exchanges,
                   "exit": result.summary(), "diff": diff, "workspace": record.hash,
                   "workspace_bytes": record.size, "final_files_complete": record.complete,
+                  **({"unrecorded": record.why} if record.why else {}),
                   "changed_files": record.changed[:SHOWN_PATHS], "changed_count": len(record.changed),
                   "removed_files": record.removed[:SHOWN_PATHS], "check": check, "skills_installed": names}
     return RolloutOutcome(hard=hard, soft=soft, fail_reason=reason, prediction=clip(str(answer or ""), 500),
@@ -209,20 +218,22 @@ def check_recorded(env: Any, item: dict[str, Any], trajectory: Any, result: Any,
     if not isinstance(trajectory, dict) or trajectory.get("item_id") != item["id"] or (
             "final_files" not in trajectory and "workspace" not in trajectory):
         return "its trajectory is not a harness rollout of this item"
+    if str(result.fail_reason).startswith("sandbox_limit") and result.hard == 0.0:
+        return None  # a rollout past a bound of the sandbox scores 0 whatever its workspace holds: nothing to check
     if not trajectory.get("final_files_complete", True):
-        return (f"the agent left more than the record keeps ({trajectory.get('workspace_bytes', 0):,} bytes of "
-                "changed files, names and links; env_config.max_record_mb), so the check cannot be run again on "
-                "its final workspace")
+        why = trajectory.get("unrecorded") or (
+            f"the agent left more than the record keeps ({trajectory.get('workspace_bytes', 0):,} bytes of changed "
+            "files, names and links; env_config.max_record_mb)")
+        return f"{why}, so the check cannot be run again on its final workspace (not checkable)"
     if len(trajectory.get("exchanges") or []) != len(result.calls):
         return (f"its trajectory records {len(trajectory.get('exchanges') or [])} model calls, its event "
                 f"{len(result.calls)}")
-    with tempfile.TemporaryDirectory(prefix="skillstate-verify-") as tmp:
-        root = Path(tmp) / "workspace"
+    with env.workspace() as box:  # the same kind of workspace as the rollout's, within the same bounds
+        root = box.root
         try:
             if "workspace" in trajectory:
                 if blob is None:
                     return "the workspace record cannot be read here"
-                root.mkdir()
                 rebuild(root, item["files"], blob(trajectory["workspace"]), blob)
             else:  # a log written before workspace records: the changed files' texts are in the trajectory
                 files = {p: t for p, t in item["files"].items() if p not in set(trajectory.get("removed_files") or [])}
@@ -230,9 +241,10 @@ def check_recorded(env: Any, item: dict[str, Any], trajectory: Any, result: Any,
                 write_files(root, files)
         except (BadRecord, OSError, UnicodeError, KeyError, ValueError) as err:
             return f"its workspace record cannot be rebuilt: {err}"
-        if diff_of(item["files"], snapshot(root), env.max_diff_chars) != trajectory.get("diff"):
+        if diff_of(item["files"], snapshot(root, env.sandbox.workspace_files), env.max_diff_chars) != \
+                trajectory.get("diff"):
             return "its diff is not that of the final workspace it records"
-        check = env._check(root, item)
+        check = env._check(root, item, box)
     recorded = trajectory.get("check") or {}
     if check["exit_code"] != recorded.get("exit_code") or check.get("passed") != recorded.get(
             "passed", check.get("passed")):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import shutil
 import stat
 from pathlib import Path
 from typing import Any
@@ -63,10 +62,16 @@ def write_file(root: Path, rel: str, text: str, replace: bool = True) -> None:
     if target.is_symlink() or (target.exists() and not target.is_file()):
         if not replace:
             raise IsADirectoryError(f"{rel} is not a regular file")
-        shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink()
+        if target.is_dir() and not target.is_symlink():
+            from skillstate.envs.workspace.workspace_scan import remove_tree
+
+            remove_tree(target)  # whatever the agent left there, however deep
+        else:
+            target.unlink()
     elif target.exists():
         target.unlink()
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    os.fchmod(fd, 0o644)  # whatever the driver's umask: a workspace's files are the same in every rollout
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write(text)
 
@@ -88,25 +93,50 @@ def file_name(raw: str) -> str:
     return raw.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def snapshot(root: Path) -> dict[str, str]:
+SNAPSHOT_BUDGET = 32 * 1024 * 1024  # characters of text a snapshot reads in all (each file: MAX_FILE_CHARS)
+MAX_LISTED = 2_000  # paths `list_files` shows
+
+
+def snapshot(root: Path, max_entries: int = 100_000) -> dict[str, str]:
     """path -> text of the workspace's regular files, with each symlink (to a file or a directory) as its
-    target, never followed; caches skipped."""
+    target, never followed; caches skipped. Within bounds (`workspace_scan`): at most `max_entries` entries, and
+    SNAPSHOT_BUDGET characters read in all (a file past it is named, not read)."""
+    from skillstate.envs.workspace.workspace_scan import scan
+
     out: dict[str, str] = {}
-    for dirpath, dirs, files in os.walk(root):
-        for name in sorted(dirs):
-            if os.path.islink(os.path.join(dirpath, name)):
-                files.append(name)  # a symlink to a directory: recorded, not walked
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not os.path.islink(os.path.join(dirpath, d)))
-        for name in sorted(set(files)):
-            path = Path(dirpath) / name
-            rel = file_name(path.relative_to(root).as_posix())
-            if path.is_symlink():
-                out[rel] = f"(a symlink to {file_name(os.readlink(path))})"
+    budget = SNAPSHOT_BUDGET
+    top = os.fsencode(root)
+    for entry in scan(root, max_entries, skip=SKIPPED_DIRS).entries:
+        mode = entry.st.st_mode
+        parts = entry.rel.split(b"/")
+        if any(os.fsdecode(p) in SKIPPED_DIRS for p in parts[:-1]) or (
+                stat.S_ISDIR(mode) and os.fsdecode(parts[-1]) in SKIPPED_DIRS):
+            continue
+        rel = file_name(os.fsdecode(entry.rel))
+        path = os.path.join(top, entry.rel)
+        if stat.S_ISLNK(mode):
+            try:
+                out[rel] = f"(a symlink to {file_name(os.fsdecode(os.readlink(path)))})"
+            except OSError:
                 continue
-            text = read_text(path)
+        elif stat.S_ISREG(mode):
+            if budget <= 0:
+                out[rel] = "(not read: the workspace's text passed what a snapshot reads)"
+                continue
+            text = read_text(Path(os.fsdecode(path)), min(MAX_FILE_CHARS, budget))
             if text is not None:
                 out[rel] = text
+                budget -= len(text)
     return dict(sorted(out.items()))
+
+
+def listing(root: Path) -> str:
+    """The workspace's files, one a line, for the agent's `list_files` (at most MAX_LISTED)."""
+    names = sorted(snapshot(root))
+    shown = "\n".join(names[:MAX_LISTED])
+    if len(names) > MAX_LISTED:
+        shown += f"\n... and {len(names) - MAX_LISTED:,} more files"
+    return shown or "(no files)"
 
 
 def diff_of(before: dict[str, str], after: dict[str, str], limit: int) -> str:

@@ -239,20 +239,50 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+MAX_DEPTH = 64  # nesting of a JSON value an agent sends or prints that the driver takes (real ones: a handful)
+
+
+def nesting(value: Any, limit: int = MAX_DEPTH) -> int:
+    """How deep `value` nests lists and dicts, looked at without recursion and no further than `limit` + 1."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def plain_text(value: Any) -> Any:
-    """`value` with each string's lone surrogates (half an emoji cut by an agent) replaced: a log holds UTF-8."""
-    if isinstance(value, str):
-        return value.encode("utf-8", "replace").decode("utf-8")
-    if isinstance(value, list):
-        return [plain_text(v) for v in value]
-    if isinstance(value, dict):
-        return {plain_text(k): plain_text(v) for k, v in value.items()}
-    return value
+    """`value` with each string's lone surrogates (half an emoji cut by an agent) replaced: a log holds UTF-8.
+    Built without recursion, so a value nested however deep is no hazard to the driver."""
+    def fix(item: Any) -> Any:
+        return item.encode("utf-8", "replace").decode("utf-8") if isinstance(item, str) else item
+
+    if not isinstance(value, (list, dict)):
+        return fix(value)
+    out: Any = [] if isinstance(value, list) else {}
+    stack = [(value, out)]
+    while stack:
+        source, target = stack.pop()
+        pairs = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, item in pairs:
+            made = [] if isinstance(item, list) else {} if isinstance(item, dict) else fix(item)
+            if isinstance(target, dict):
+                target[fix(key)] = made
+            else:
+                target.append(made)
+            if isinstance(item, (list, dict)):
+                stack.append((item, made))
+    return out
 
 
 def read_events(output: str) -> tuple[list[Any], list[str]]:
     """(events, log) of an agent's output (its stdout and stderr, in order): each line that is a JSON value is an
-    event (a JSON array printed whole is its events; NaN and Infinity are not JSON), the other lines its log."""
+    event (a JSON array printed whole is its events; NaN and Infinity are not JSON), the other lines its log. An
+    event nested deeper than MAX_DEPTH is kept as its clipped text."""
     events: list[Any] = []
     other: list[str] = []
     for line in output.splitlines():
@@ -263,6 +293,9 @@ def read_events(output: str) -> tuple[list[Any], list[str]]:
             value = json.loads(text, parse_constant=_no_constant)
         except (ValueError, RecursionError):
             other.append(line)
+            continue
+        if nesting(value) > MAX_DEPTH:
+            events.append({"clipped": text[:MAX_EVENT_CHARS]})
             continue
         events.extend(value if isinstance(value, list) else [value])
     kept = [_clipped(plain_text(e)) for e in events[-MAX_EVENTS:]]

@@ -39,10 +39,11 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from skillstate.envs.workspace.cgroups import Group, make_group
 from skillstate.envs.workspace.sandbox_view import INSIDE_UID, view_args
+from skillstate.envs.workspace.workspace_scan import scan
 from skillstate.errors import ConfigError
 
 MAX_OUTPUT = 20_000  # characters of a command's output kept
@@ -69,9 +70,23 @@ class SandboxSettings(BaseModel):
                                                               "(MB each; in memory).")
     workspace_mb: int = Field(1024, ge=16, le=1_048_576,
                               description="The most the workspace may hold (MB); past it the rollout ends.")
+    workspace_files: int = Field(100_000, ge=100, le=10_000_000,
+                                 description="The most files and folders the workspace may hold; past it the "
+                                             "rollout ends.")
     run_as: int = Field(NOBODY, ge=1, le=2**31 - 2,
                         description="A driver running as root runs the commands as this host uid (and gid): an "
                                     "unprivileged user (default nobody), never root.")
+    show: list[str] = Field(default_factory=list,
+                            description="More of the machine every command may read (absolute paths, read-only): a "
+                                        "toolchain under /opt, say. The paths the run names stay hidden.")
+
+    @field_validator("show")
+    @classmethod
+    def _absolute(cls, value: list[str]) -> list[str]:
+        for path in value:
+            if not os.path.isabs(path):
+                raise ValueError(f"show: {path!r} is not an absolute path")
+        return value
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,7 @@ class CommandResult:
     timed_out: bool = False
     limit: str | None = None
     limit_mb: int = 0
+    passed: str = ""  # which bound of the workspace it passed
 
     @property
     def ok(self) -> bool:
@@ -95,7 +111,7 @@ class CommandResult:
         if self.limit == "memory":
             return f"killed: it used more than its {self.limit_mb} MB of memory"
         if self.limit == "workspace":
-            return f"killed: the workspace grew past its {self.limit_mb} MB"
+            return f"killed: {self.passed}"
         if self.exit_code is None:
             return "it could not start"
         if self.exit_code < 0:
@@ -164,15 +180,14 @@ def processes_of(uid: int) -> int:
     return count
 
 
-def hand_over(root: Path, uid: int) -> None:
+def hand_over(root: Path, uid: int, max_entries: int = 1_000_000) -> None:
     """Make `root` and everything in it (no symlink followed) owned by `uid`, for a root driver whose sandbox runs
     as that user: what the driver wrote there since (a file the agent's tool wrote, the check's files) too."""
-    for dirpath, dirs, files in os.walk(root):
-        for name in [*dirs, *files]:
-            path = os.path.join(dirpath, name)
+    top = os.fsencode(root)
+    for entry in scan(root, max_entries).entries:
+        if entry.st.st_uid != uid:
             try:
-                if os.lstat(path).st_uid != uid:
-                    os.lchown(path, uid, uid)
+                os.lchown(os.path.join(top, entry.rel), uid, uid)
             except OSError:
                 continue
     try:
@@ -244,26 +259,27 @@ def run_sandboxed(argv: list[str], workspace: Path, settings: SandboxSettings, i
                   env: dict[str, str] | None = None, binds: dict[str, str] | None = None,
                   shown: list[str] | None = None, stdin: str | None = None, wall_seconds: float | None = None,
                   max_output: int = MAX_OUTPUT, stop: threading.Event | None = None,
-                  address_mb: int | None = None, watch: Callable[[], int | None] | None = None,
+                  address_mb: int | None = None, watch: Callable[[], str | None] | None = None,
                   readonly: dict[str, str] | None = None) -> CommandResult:
     """Run `argv` in `workspace` under the sandbox the settings name, with `env` added to its environment and
     `stdin` as its input; `wall_seconds` and `max_output` replace the settings' time limit and the output kept,
     `address_mb` the address space (else `memory_mb`); once `stop` is set the command is killed (its result says
-    it was stopped); `watch`, asked twice a second, returns a limit in MB the workspace has passed (the command
-    is then killed); `readonly` (host path -> path inside) is bound in read-only."""
+    it was stopped); `watch`, asked twice a second, says which bound the workspace has passed (the command is
+    then killed); `readonly` (host path -> path inside) is bound in read-only."""
     sandboxed = settings.kind == "bwrap"
     dropped = sandboxed and os.geteuid() == 0  # a root driver's sandbox runs as `run_as`
     if dropped:  # the command's user must be able to write what it is given
-        hand_over(workspace, settings.run_as)
+        hand_over(workspace, settings.run_as, settings.workspace_files)
         for host in (binds or {}):
             if os.path.isdir(host):
-                hand_over(Path(host), settings.run_as)
+                hand_over(Path(host), settings.run_as, settings.workspace_files)
             else:
                 try:
                     os.chmod(host, 0o666)  # the proxy's socket: a connect needs write permission
                 except OSError:
                     pass
     home = (env or {}).get("HOME")
+    shown = [*settings.show, *(shown or [])]
     full = ([*bwrap_argv(workspace, inside, binds, shown, home, settings.run_as, settings.tmp_mb, readonly), *argv]
             if sandboxed else argv)
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "/usr/bin:/bin")])
@@ -284,7 +300,7 @@ def run_sandboxed(argv: list[str], workspace: Path, settings: SandboxSettings, i
 
 def _run(argv: list[str], workspace: Path, env: dict[str, str], limits: Callable[[], None], seconds: float,
          group: Group | None, user: int, settings: SandboxSettings, stdin: str | None, max_output: int,
-         stop: threading.Event | None, watch: Callable[[], int | None] | None) -> CommandResult:
+         stop: threading.Event | None, watch: Callable[[], str | None] | None) -> CommandResult:
     before = processes_of(user) if group is None else 0
     with tempfile.TemporaryFile() as sink, tempfile.TemporaryFile() as source, tempfile.TemporaryFile() as options:
         source.write((stdin or "").encode())
@@ -304,7 +320,7 @@ def _run(argv: list[str], workspace: Path, env: dict[str, str], limits: Callable
             return CommandResult(None, _read_clipped(sink, max_output), timed_out=True)
         if passed is not None:
             _reap(proc, group, before, settings)
-            return CommandResult(None, _read_clipped(sink, max_output), limit="workspace", limit_mb=passed)
+            return CommandResult(None, _read_clipped(sink, max_output), limit="workspace", passed=passed)
         if group is not None and group.oom_killed():
             return CommandResult(None, _read_clipped(sink, max_output), limit="memory",
                                  limit_mb=settings.memory_mb)
@@ -325,7 +341,7 @@ def _options_from(argv: list[str], options) -> list[str]:
 
 
 def _wait(proc: subprocess.Popen, seconds: float, stop: threading.Event | None,
-          watch: Callable[[], int | None] | None) -> int | None:
+          watch: Callable[[], str | None] | None) -> str | None:
     """Wait for `proc` for up to `seconds` (TimeoutExpired after); kill it as soon as `stop` is set, or `watch`
     names a limit passed (returned)."""
     if stop is None and watch is None:

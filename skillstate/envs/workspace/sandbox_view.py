@@ -1,8 +1,10 @@
 """What a sandboxed command sees of the machine: an allow-list, never the machine less a hide-list.
 
 The view starts empty and holds only:
-- the system folders a toolchain needs, read-only (`SYSTEM`: /usr, /etc and the /bin, /sbin and /lib
-  folders, as symlinks where the machine has them as symlinks);
+- the system folders a toolchain needs, read-only (`SYSTEM`: /usr and the /bin, /sbin and /lib folders,
+  as symlinks where the machine has them as symlinks), and of /etc only what programs read to run
+  (`ETC`: users and groups, name lookup, libraries, certificates, time zone, the Java and Python
+  folders...), never the files machines keep credentials in (`pip.conf`, `npmrc`, `environment`, ...);
 - the Python that runs skillstate, read-only (so `python` and its pytest run), less skillstate's own
   package (the bundled tasks' reference solutions) wherever it lies under it;
 - what the caller shows (an agent's program, `harness.show`), read-only;
@@ -24,7 +26,13 @@ from pathlib import Path
 
 from skillstate.envs.run_paths import run_paths
 
-SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC = ("alternatives", "bash.bashrc", "ca-certificates", "ca-certificates.conf", "debian_version", "fonts",
+       "gai.conf", "group", "host.conf", "hostname", "hosts", "inputrc", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+       "locale.alias", "localtime", "lsb-release", "magic", "magic.mime", "mime.types", "mtab", "netconfig", "networks",
+       "nsswitch.conf", "os-release", "passwd", "perl", "profile", "protocols", "resolv.conf", "services", "sgml",
+       "shells", "ssl", "terminfo", "timezone", "xml")
+ETC_PREFIXES = ("java", "python", "ld.so.")  # /etc/java-17-openjdk, /etc/python3.11, ...
 INSIDE_UID = 1000  # the uid (and gid) a command has inside its sandbox, whoever runs the driver
 
 
@@ -85,6 +93,23 @@ class View:
             self.args += ["--ro-bind", path, path]
             self.dirs.add(path)
 
+    def etc(self) -> None:
+        """/etc with only the entries of ETC (and those ETC_PREFIXES begin) the machine has, read-only."""
+        self.args += ["--perms", "0755", "--dir", "/etc"]
+        self.dirs.add("/etc")
+        try:
+            names = sorted(os.listdir("/etc"))
+        except OSError:
+            return
+        for name in names:
+            if name in ETC or name.startswith(ETC_PREFIXES):
+                path = f"/etc/{name}"
+                if os.path.islink(path):
+                    self.args += ["--symlink", os.readlink(path), path]
+                elif os.path.exists(path):
+                    self.args += ["--ro-bind", path, path]
+                    self.bound.append(path)
+
     def bind(self, host: str, there: str, writable: bool = False) -> None:
         self._parents(there)
         self.args += ["--bind" if writable else "--ro-bind", host, there]
@@ -113,6 +138,7 @@ def view_args(workspace: str, at: str, *, shown: list[str] | None = None, binds:
     view = View()
     for path in SYSTEM:
         view.system(path)
+    view.etc()
     view.memory_folder("/tmp", tmp_mb)
     view.args += ["--dev", "/dev"]
     view.dirs.add("/dev")
@@ -122,7 +148,7 @@ def view_args(workspace: str, at: str, *, shown: list[str] | None = None, binds:
     roots = _top([p for p in wanted if p != "/"], system)
     for path in roots:
         view.bind(path, path)
-    shown_roots = [*system, *roots]
+    shown_roots = [*system, *view.bound, *roots]  # /etc's entries among them: a run path there is covered too
     for path in sorted({package_dir(), *run_paths()}):
         if _under(path, shown_roots) and os.path.lexists(path):
             view.cover(path)

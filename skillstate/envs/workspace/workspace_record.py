@@ -3,15 +3,16 @@ check again on the same workspace.
 
 The record is a blob of its own (the trajectory names it by hash): a marker, then canonical JSON of
 - `files`: each regular file the agent added or changed, its bytes in a blob (text, or base64 after
-  BINARY_MARKER), its size and whether it is executable;
+  BINARY_MARKER), its size and its permission bits;
 - `links`: each symlink, with its target (never followed);
 - `dirs`: each empty folder;
 - `removed`: the starting files that are no longer regular files.
 A name that is not UTF-8 is kept as its bytes in base64 (`{"b64": ...}`), so any name a POSIX file
 system holds (`NUL`, `a?b`, `x:y.txt`, any depth) round-trips. File blobs are content-addressed, so
 rollouts that leave the same file store it once. Caches (`__pycache__`, `.git`, ...) are skipped, as
-in the diff. The whole record, names and link targets included, is bounded (`max_record_mb`); a
-workspace that does not fit is recorded as not checkable, never cut silently.
+in the diff. The whole record, names and link targets included, is bounded (`max_record_mb`): files are
+looked at (their sizes, sparse ones at their full size) before any is read, and a workspace that does
+not fit is recorded as not checkable, never cut silently.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from skillstate.envs.workspace.files import SKIPPED_DIRS
+from skillstate.envs.workspace.workspace_scan import scan
 from skillstate.util import canonical_json, sha256_text
 
 MARKER = "\x00skillstate-workspace/1\n"
@@ -47,6 +49,7 @@ class Record:
     removed: list[str] = field(default_factory=list)
     size: int = 0
     complete: bool = True
+    why: str = ""  # why it is not complete
 
     @property
     def hash(self) -> str:
@@ -94,79 +97,74 @@ def content_of(blob: str) -> bytes:
     return blob.encode("utf-8")
 
 
-def walk(root: Path) -> tuple[dict[bytes, tuple[bytes, bool]], dict[bytes, bytes], list[bytes]]:
-    """(files: path -> (bytes, executable), links: path -> target, empty dirs) under `root`, paths as bytes
-    relative to it; nothing followed, caches skipped, special files (FIFOs, sockets) left out."""
-    files: dict[bytes, tuple[bytes, bool]] = {}
-    links: dict[bytes, bytes] = {}
-    empty: list[bytes] = []
-    top = os.fsencode(root)
-    stack = [b""]
-    while stack:
-        rel = stack.pop()
-        here = os.path.join(top, rel) if rel else top
-        try:
-            names = sorted(os.listdir(here))
-        except OSError:
-            continue
-        if not names and rel:
-            empty.append(rel)
-        for name in names:
-            path, sub = os.path.join(here, name), (rel + b"/" + name if rel else name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                links[sub] = os.readlink(path)
-            elif stat.S_ISDIR(st.st_mode):
-                if os.fsdecode(name) not in SKIPPED_DIRS:
-                    stack.append(sub)
-            elif stat.S_ISREG(st.st_mode):
-                try:
-                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-                    with os.fdopen(fd, "rb") as f:
-                        files[sub] = (f.read(), bool(st.st_mode & 0o111))
-                except OSError:
-                    continue
-    return files, links, empty
-
-
-def record_workspace(root: Path, start: dict[str, str], limit_bytes: int) -> Record:
+def record_workspace(root: Path, start: dict[str, str], limit_bytes: int, max_entries: int = 100_000) -> Record:
     """The record of the workspace at `root` against its starting files `start` (path -> text)."""
-    files, links, empty = walk(root)
-    entries: list[dict[str, Any]] = []
+    found = scan(root, max_entries, skip=SKIPPED_DIRS)
+    entries = [e for e in found.entries if not any(os.fsdecode(p) in SKIPPED_DIRS for p in e.rel.split(b"/")[:-1])
+               and not (stat.S_ISDIR(e.st.st_mode) and os.fsdecode(e.rel.rsplit(b"/", 1)[-1]) in SKIPPED_DIRS)]
+    top = os.fsencode(root)
+    files = [e for e in entries if stat.S_ISREG(e.st.st_mode)]
+    links = [e for e in entries if stat.S_ISLNK(e.st.st_mode)]
+    folders = {e.rel for e in entries if stat.S_ISDIR(e.st.st_mode)}
+    holding = {e.rel.rsplit(b"/", 1)[0] for e in entries if b"/" in e.rel}
+    empty = sorted(folders - holding)
+    size = (sum(e.st.st_size + len(e.rel) for e in files) + sum(len(e.rel) + e.st.st_size for e in links)
+            + sum(len(d) for d in empty))
+    present = {shown(e.rel) for e in files}
+    removed = sorted(p for p in start if p not in present)
+    size += sum(len(p) for p in removed)
+    if found.problem or size > limit_bytes:  # looked at, not read: nothing past the bound is held in memory
+        why = found.problem or (f"the agent left {size:,} bytes of changed files, names and links, more than the "
+                                f"record keeps (env_config.max_record_mb)")
+        return _unrecorded(files, removed, size, why)
     blobs: dict[str, str] = {}
-    size = 0
+    file_entries: list[dict[str, Any]] = []
     changed: list[str] = []
-    for path in sorted(files):
-        data, executable = files[path]
-        before = start.get(shown(path))
-        if before is not None and not executable and before.encode("utf-8") == data:
+    for e in files:
+        data = _read(os.path.join(top, e.rel))
+        if data is None:  # a file the driver cannot read: the record would not be the workspace
+            return _unrecorded(files, removed, size, f"the driver cannot read {shown(e.rel)!r}")
+        mode = e.st.st_mode & 0o7777
+        before = start.get(shown(e.rel))
+        if before is not None and mode == 0o644 and before.encode("utf-8") == data:
             continue
         blob = content_blob(data)
         key = sha256_text(blob)
         blobs[key] = blob
-        entry: dict[str, Any] = {"path": _name(path), "blob": key, "size": len(data)}
-        if executable:
-            entry["executable"] = True
-        entries.append(entry)
-        changed.append(shown(path))
-        size += len(data) + len(path)
-    link_entries = [{"path": _name(p), "target": _name(t)} for p, t in sorted(links.items())]
-    size += sum(len(p) + len(t) for p, t in links.items()) + sum(len(d) for d in empty)
-    changed += [shown(p) for p in sorted(links)]
-    present = {shown(p) for p in files}
-    removed = sorted(p for p in start if p not in present)
-    size += sum(len(p) for p in removed)
-    manifest = MARKER + canonical_json({"files": entries, "links": link_entries,
-                                        "dirs": [_name(d) for d in sorted(empty)], "removed": removed})
-    if size > limit_bytes:
-        empty_manifest = MARKER + canonical_json({"files": [], "links": [], "dirs": [], "removed": []})
-        return Record(empty_manifest, {sha256_text(empty_manifest): empty_manifest}, changed[:200], removed[:200],
-                      size, complete=False)
+        file_entries.append({"path": _name(e.rel), "blob": key, "size": len(data), "mode": mode})
+        changed.append(shown(e.rel))
+    link_entries = []
+    for e in links:
+        try:
+            link_entries.append({"path": _name(e.rel), "target": _name(os.readlink(os.path.join(top, e.rel)))})
+            changed.append(shown(e.rel))
+        except OSError:
+            continue
+    manifest = MARKER + canonical_json({"files": file_entries, "links": link_entries,
+                                        "dirs": [_name(d) for d in empty], "removed": removed})
     blobs[sha256_text(manifest)] = manifest
     return Record(manifest, blobs, changed, removed, size)
+
+
+def unrecorded(why: str) -> Record:
+    """The record of a workspace that was not read (past a bound of the sandbox): not checkable."""
+    return _unrecorded([], [], 0, why)
+
+
+def _unrecorded(files: list[Any], removed: list[str], size: int, why: str) -> Record:
+    """The record of a workspace that cannot be recorded whole: not checkable, its names only (the first 200)."""
+    empty_manifest = MARKER + canonical_json({"files": [], "links": [], "dirs": [], "removed": []})
+    return Record(empty_manifest, {sha256_text(empty_manifest): empty_manifest}, [shown(e.rel) for e in files[:200]],
+                  removed[:200], size, complete=False, why=why)
+
+
+def _read(path: bytes) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
 
 
 def _safe(raw: bytes) -> bytes:
@@ -187,17 +185,18 @@ def rebuild(root: Path, start: dict[str, str], manifest: str, blob: Any) -> None
         raise BadRecord("the workspace record is not JSON") from None
     top = os.fsencode(root)
     removed = set(data.get("removed") or [])
-    writes: dict[bytes, tuple[bytes, bool]] = {p.encode("utf-8"): (t.encode("utf-8"), False)
-                                               for p, t in start.items() if p not in removed}
+    writes: dict[bytes, tuple[bytes, int]] = {p.encode("utf-8"): (t.encode("utf-8"), 0o644)
+                                              for p, t in start.items() if p not in removed}
     for entry in data.get("files") or []:
+        mode = entry.get("mode")
         writes[_safe(_raw(entry.get("path")))] = (content_of(blob(str(entry.get("blob")))),
-                                                  bool(entry.get("executable")))
-    for path, (content, executable) in sorted(writes.items()):
+                                                  mode & 0o7777 if isinstance(mode, int) else 0o644)
+    for path, (content, mode) in sorted(writes.items()):
         full = os.path.join(top, path)
         os.makedirs(os.path.dirname(full), exist_ok=True)
         with open(full, "wb") as f:
             f.write(content)
-        os.chmod(full, 0o755 if executable else 0o644)
+        os.chmod(full, mode)
     for entry in data.get("links") or []:
         full = os.path.join(top, _safe(_raw(entry.get("path"))))
         os.makedirs(os.path.dirname(full), exist_ok=True)

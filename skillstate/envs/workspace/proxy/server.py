@@ -42,7 +42,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from skillstate.envs.workspace.harness import plain_text
+from skillstate.envs.workspace.harness import MAX_DEPTH, nesting, plain_text
 from skillstate.envs.workspace.proxy.protocols import (
     CHAT,
     MESSAGES,
@@ -269,8 +269,14 @@ class AgentProxy:
                 api, body, out, ready = self._asked.get(timeout=0.05)
             except queue.Empty:
                 continue
-            out.append(self.answer(api, body))
-            ready.set()
+            try:
+                out.append(self.answer(api, body))
+            except Exception as err:  # noqa: BLE001 - the request's thread is answered whatever went wrong
+                out.append((400, error_body(api, f"the request could not be answered ({type(err).__name__})")))
+            finally:
+                if not out:
+                    out.append((400, error_body(api, "the rollout is over")))
+                ready.set()
         with self._lock:
             self._open = False
         while not self._asked.empty():  # asked as the agent stopped: nobody is waiting for the answer
@@ -293,14 +299,17 @@ class AgentProxy:
         return out[0]
 
     def answer(self, api: str, body: Any) -> tuple[int, dict[str, Any] | list[bytes]]:
-        """(status, JSON body or server-sent events) for one request."""
+        """(status, JSON body or server-sent events) for one request. Whatever the agent sent, it is answered: a
+        request the proxy cannot read is a 400, never an error raised in the driver."""
+        if nesting(body) > MAX_DEPTH:
+            return 400, error_body(api, f"the request nests JSON more than {MAX_DEPTH} deep")
         try:
             parsed: Parsed = READERS[api](body)
+            parsed.messages, parsed.tools = plain_text(parsed.messages), plain_text(parsed.tools)
         except BadRequest as err:
             return 400, error_body(api, str(err))
-        except (TypeError, AttributeError, KeyError, ValueError) as err:  # a field of the wrong shape
+        except Exception as err:  # noqa: BLE001 - a field of the wrong shape, or anything else the agent shaped
             return 400, error_body(api, f"the request is not one this API takes ({type(err).__name__}: {err})")
-        parsed.messages, parsed.tools = plain_text(parsed.messages), plain_text(parsed.tools)
         if self.raised is not None:  # the run is stopping: no more calls
             return 400, error_body(api, "the run stopped taking calls", "api_error")
         try:
@@ -504,7 +513,7 @@ class AgentProxy:
                         body += self.rfile.read(n)
                         self.rfile.readline(8)  # the CRLF after the chunk
                 raw = (self.headers.get("Content-Length") or "0").strip()
-                if not raw.isdigit():  # a negative or unreadable length: no body
+                if not (raw.isascii() and raw.isdigit()):  # a negative or unreadable length ("²" is a digit): none
                     return b""
                 length = int(raw)
                 return None if length > proxy.max_body else self.rfile.read(length)
