@@ -164,7 +164,7 @@ def export_sft(run_id, output, with_imported, db) -> None:
 
         extra = imported_sft_rows(store, rid)
         rows, imported = extra + rows, f" ({len(extra)} from imported trajectories)"
-    note = f"; {skipped} tool-calling trajectories skipped (not exported yet)" if skipped else ""
+    note = f"; {skipped} tool-calling trajectories skipped (tool calls are not exported)" if skipped else ""
     if not rows:  # an empty file would pass for data
         raise UserError(f"run {rid!r} has no successful conversation to export{note}; nothing written")
     _write_rows(output, rows)
@@ -195,7 +195,7 @@ def export_grpo(run_id, output, db) -> None:
     store = open_store(db, create=False)
     rid = store.require_run(run_id).run_id
     rows, skipped, failed = grpo_rows(store, rid)
-    note = f"; {skipped} tool-calling items skipped (not exported yet)" if skipped else ""
+    note = f"; {skipped} tool-calling items skipped (tool calls are not exported)" if skipped else ""
     note += f"; {failed} items left out: a sample's call failed" if failed else ""
     if not rows:  # an empty file would pass for data
         raise UserError(f"run {rid!r} has no group to export{note}; nothing written")

@@ -1,4 +1,4 @@
-"""The pure core of the SkillRL skill-bank mode (issue 11).
+"""The pure core of the SkillRL skill-bank mode.
 
 A bank holds many small skills in two tiers (general, and task-specific by
 category) plus a short list of common mistakes. Everything in this package is

@@ -1,5 +1,5 @@
 """A skill bank as Agent Skills directories: one skill per bank skill, so a
-distilled bank installs in an agent as it is (issue 23). Pure.
+distilled bank installs in an agent as it is. Pure.
 
 Each bank skill becomes `NAME/SKILL.md`: `name` is made from its title
 (lowercase letters, digits and single hyphens, at most 64 characters, made

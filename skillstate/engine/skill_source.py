@@ -1,5 +1,5 @@
 """Where a run's initial skill comes from: a markdown file, as always, or an
-Agent Skills directory or `.zip`/`.skill` archive (issue 23).
+Agent Skills directory or `.zip`/`.skill` archive.
 
 A run of a directory trains its `SKILL.md`: the text the target is shown and
 the optimizer edits is that file, whole, and its front matter is protected

@@ -17,7 +17,7 @@ message is what the agent was shown: the skill document, or in mode bank
 the skills retrieved for that task. Identical conversations are written
 once. A successful multi-turn episode gives one row per turn: the exact
 prompt of that target call and the action it replied. Tool-calling
-conversations are not exported yet; they are counted as skipped."""
+conversations are not exported; they are counted as skipped."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The skill as a tree of files (issue 23): an Agent Skills directory, `SKILL.md` with its YAML
+"""The skill as a tree of files: an Agent Skills directory, `SKILL.md` with its YAML
 front matter beside `references/`, `scripts/` and `assets/`, as an immutable value.
 
 It holds the tree and its files (`tree`), the confinement of their paths (`paths`), the
