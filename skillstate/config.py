@@ -156,6 +156,19 @@ class SkillConfig(Section):
     # the rest
     use_gate: bool = Field(
         True, description="false: every candidate is accepted (recorded as a forced accept); it is still scored.")
+    review: Literal["off", "accepted", "new_best", "all"] = Field(
+        "off", description="A person in the loop: once the gate has decided a step of this kind (accepted: every "
+                           "accepted step; new_best: those that beat the best; all: every step with a changed "
+                           "candidate, rejected ones too), the run records ReviewRequested and stops (status "
+                           "awaiting_review, exit code 5) until `skillstate review` decides it; then `skillstate "
+                           "resume` goes on (runs logged before it existed read off; not in mode bank).")
+    review_timeout: float | None = Field(
+        None, ge=0, description="With review: wait this many seconds from the request for a decision (the driver "
+                                "stays up and polls), then record review_default as decided by `timeout`; unset: "
+                                "stop at once and wait for a person.")
+    review_default: Literal["reject", "accept"] = Field(
+        "reject", description="review_timeout: the decision recorded when no person decided in time (accept keeps "
+                              "the gate's verdict, reject keeps the current skill).")
     drop_noop_edits: bool = Field(
         True, description="Before selection, drop merged edits that would change nothing (a line the skill already "
                           "holds, an absent target, a duplicate), so the budget goes to edits that do.")
@@ -322,6 +335,18 @@ class SkillConfig(Section):
             raise ValueError(f"scores are from 0 to 1, got {value}")
         return value
 
+    @field_validator("review", mode="before")
+    @classmethod
+    def _review_off(cls, value: Any) -> Any:
+        return "off" if value is False else value  # `--set review=off` reads as YAML's false
+
+    @model_validator(mode="after")
+    def _review_of_one_document(self) -> SkillConfig:
+        if self.review != "off" and self.mode == "bank":
+            raise ValueError("mode bank grows a bank of skills, not one document: review does not apply to it "
+                             "(leave it at its default)")
+        return self
+
     @model_validator(mode="after")
     def _check(self) -> SkillConfig:
         if self.min_edit_budget > self.edit_budget:
@@ -368,6 +393,7 @@ RUNTIME_KEYS = {
     "max_cost_usd", "prices", "max_consecutive_failures", "max_stage_failure_share",
     "stop_after_no_improvement", "target_score", "max_wall_seconds", "stop_file",
     "overlap_start", "speculative_rollout", "policy.torch_threads", "bank.embedding_batch",
+    "review_timeout", "review_default",
     "optimizer.base_url", "optimizer.api_key_env", "optimizer.timeout", "optimizer.max_retries",
     "optimizer.azure", "optimizer.api_version",
     "target.base_url", "target.api_key_env", "target.timeout", "target.max_retries",

@@ -93,6 +93,15 @@ class EnvStop(RunStopped):
     """A run stopped because its environment failed; resumable once fixed."""
 
 
+class ReviewPending(RunStopped):
+    """A run reached a step under `review` that nobody has decided yet (CLI exit code 5): it is saved, and
+    `skillstate resume` goes on once `skillstate review` has decided the step."""
+
+    def __init__(self, message: str, run_id: str, step: int):
+        super().__init__(message, run_id)
+        self.step = step
+
+
 class ReplayMissError(SkillstateError):
     """Verification needed an LLM response that the log does not hold."""
 

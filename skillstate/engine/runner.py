@@ -24,6 +24,7 @@ from skillstate.engine import (
     prune,
     reflect,
     repair,
+    review,
     stages,
     update,
 )
@@ -80,7 +81,7 @@ STAGES: dict[str, Stage] = {
     "validate_bank": bank.validate_bank,
     "evolve": bank.evolve,
     "evaluate": stages.evaluate_candidate,
-    "gate": stages.decide,
+    "gate": review.gate,  # stages.decide, and the step's review request when it falls under `review`
     "repair": repair.ablate,
     "blocker_search": blockers.search,
     "epoch_compare": epoch.compare_epochs,
@@ -100,6 +101,7 @@ STAGES: dict[str, Stage] = {
     "policy_validate": policy_stages.policy_validate,
     "policy_evolve": policy_stages.policy_evolve,
     "complete": stages.complete,
+    **review.STAGES,  # await_review, review_rebuild, review_evaluate, review_close
 }
 
 
@@ -131,6 +133,8 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
         if cfg.eval_test and "best" not in state.tests:
             return "test_best"
         return None if state.completed else "complete"
+    if (reviewing := review.next_stage(p)) is not None:  # the gate has decided: the step is under review
+        return reviewing
     if p.rollout is None:
         return "rollout"
     if cfg.mode == "bank":
@@ -342,7 +346,7 @@ def continue_run(store: Store, run_id: str, *, runtime: SkillConfig | None = Non
         ctx = build_context(store, run_id, loaded.state, config, StoreLog(store, run_id, seq, last_hash, lease),
                             on_progress=on_progress, backend_factory=backend_factory)
         try:
-            return drive(ctx, loaded.state, stops=StopConditions(config))
+            return review.drive_reviewed(ctx, loaded.state, drive, stops=StopConditions(config))
         except FatalLLMError as err:
             raise LLMStop(str(err), run_id, fatal=True) from None
         except EnvFailure as err:

@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable
 
 from skillstate.config import SkillConfig
-from skillstate.log.events import StopConditionMet
+from skillstate.log.events import Event, StopConditionMet
 from skillstate.log.state import RunState
 
-StopCheck = Callable[[RunState, str], StopConditionMet | None]
+# A stop to append before the stage (verification passes every recorded input there: a review's decision too).
+StopCheck = Callable[[RunState, str], StopConditionMet | Event | None]
 
 
 class StopConditions:
@@ -53,7 +54,8 @@ class StopConditions:
         return None
 
 
-def already_stopped(state: RunState, stop: StopConditionMet) -> bool:
+def already_stopped(state: RunState, stop: Event) -> bool:
     """The log already ends with this stop: resuming under the same condition adds nothing."""
     last = state.stopped
-    return last is not None and (last.condition, last.step) == (stop.condition, stop.step)
+    return (isinstance(stop, StopConditionMet) and last is not None
+            and (last.condition, last.step) == (stop.condition, stop.step))

@@ -43,6 +43,7 @@ from skillstate.log.events_epoch import (
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_policy import PolicyBankEvolved, PolicyStarted, PolicyTrained, PolicyValidated
 from skillstate.log.events_repair import EditsAblated
+from skillstate.log.events_review import ReviewDecided, ReviewRequested
 from skillstate.log.events_screen import EditsScreened
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.selection_events import FinalSelected, SelectionScored
@@ -58,6 +59,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         EditsAblated, ParentChosen, BlockerSearched, EditsScreened,
         SelectionScored, FinalSelected,
         PolicyStarted, PolicyTrained, PolicyValidated, PolicyBankEvolved,
+        ReviewRequested, ReviewDecided,
     )
 }
 

@@ -47,10 +47,12 @@ from skillstate.log.events_epoch import (
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_policy import PolicyBankEvolved, PolicyStarted, PolicyTrained, PolicyValidated
 from skillstate.log.events_repair import EditsAblated
+from skillstate.log.events_review import ReviewDecided, ReviewRequested
 from skillstate.log.events_screen import EditsScreened
 from skillstate.log.policy_fold import reduce_policy
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.prune_fold import fold_prune
+from skillstate.log.review_fold import check_gate, fold_rebuilt, fold_review, reviewed
 from skillstate.log.selection_events import FinalSelected, SelectionScored
 from skillstate.log.state import (  # noqa: F401  (re-exported: the state's shapes and accessors)
     EMPTY,
@@ -273,6 +275,9 @@ def reduce(state: RunState, event: Event) -> RunState:
         p = _progress(state, event)
         return replace(state, progress=replace(p, selected=event))
 
+    if isinstance(event, CandidateBuilt) and reviewed(state.progress):  # the candidate rebuilt after a review
+        return fold_rebuilt(state, _progress(state, event), event)
+
     if isinstance(event, CandidateBuilt):  # a repaired candidate (after EditsAblated) is evaluated anew
         p = _progress(state, event)
         return replace(state, progress=replace(p, candidate=event, evaluation=None))
@@ -333,8 +338,12 @@ def reduce(state: RunState, event: Event) -> RunState:
     if isinstance(event, (PolicyStarted, PolicyTrained, PolicyValidated, PolicyBankEvolved)):
         return reduce_policy(state, event)
 
+    if isinstance(event, (ReviewRequested, ReviewDecided)):  # review (skillstate.log.review_fold)
+        return fold_review(state, _progress(state, event), event)
+
     if isinstance(event, GateDecided):
         p = _progress(state, event)
+        check_gate(p, event)  # a step under review ends as its decision says
         current_skill, current_score = state.current_skill, state.current_score
         best_skill, best_score, best_step = state.best_skill, state.best_score, state.best_step
         bank_checked = state.bank_checked

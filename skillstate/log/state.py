@@ -31,6 +31,7 @@ from skillstate.log.events_epoch import EpochCompared, MetaSkillWritten, SlowUpd
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_policy import Checkpoint, PolicyBankEvolved, PolicyStarted, PolicyTrained, PolicyValidated
 from skillstate.log.events_repair import EditsAblated
+from skillstate.log.events_review import ReviewDecided, ReviewRequested
 from skillstate.log.events_screen import EditsScreened
 from skillstate.log.prune_events import PruneProposed
 from skillstate.log.selection_events import FinalSelected, SelectionScored
@@ -65,6 +66,10 @@ class StepProgress:
     distilled: SkillsDistilled | None = None
     validated: BankValidated | None = None
     evolved: BankEvolved | None = None
+    # review: the step put before a person (after the gate decided) and their decision
+    review: ReviewRequested | None = None
+    review_decision: ReviewDecided | None = None
+    review_rebuilt: bool = False  # ... which dropped edits: the candidate is now the one rebuilt without them
 
 
 @dataclass(frozen=True)

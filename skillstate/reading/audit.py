@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from skillstate.engine import review
 from skillstate.engine.runner import build_context, config_of, drive, lineage_events, load_run
 from skillstate.errors import EnvFailure, ReplayMissError, UserError
 from skillstate.log.event_codec import encode
 from skillstate.log.events import Event, RunForked, StopConditionMet
+from skillstate.log.events_review import ReviewDecided
 from skillstate.log.reducer import RunState, reduce
 from skillstate.storage.blob_walk import blob_damage
 from skillstate.storage.chain import check_chain, label
@@ -222,9 +224,12 @@ def verify(store: Store, run_id: str | None) -> VerifyReport:
         if hasattr(ctx.embedder, "before"):  # journaled embeddings too
             ctx.embedder.before = log.expected[log.pos].created_at
 
-    def recorded_stop(_state: RunState, _name: str) -> StopConditionMet | None:
-        """A stop is an input, like the run's first event: re-execution takes the recorded one."""
+    def recorded_stop(_state: RunState, name: str) -> Event | None:
+        """A stop is an input, like the run's first event: re-execution takes the recorded one; and so is a
+        review's decision, where the step awaits it."""
         nxt = None if log.exhausted else log.expected[log.pos].event
+        if name == review.AWAIT and isinstance(nxt, ReviewDecided):
+            return nxt
         return nxt if isinstance(nxt, StopConditionMet) else None
 
     try:

@@ -1,6 +1,9 @@
 """Reading a run back: replay to a step, skills at a step, diffs, summaries.
 
-Nothing here calls an LLM: everything is folded from the log.
+Nothing here calls an LLM: everything is folded from the log. `skillstate runs`
+imports this module for `status_of` alone, so what the summaries, the skill
+texts and the diffs need (prices, skill trees, the readers of calls) is imported
+where they are made.
 """
 
 from __future__ import annotations
@@ -10,20 +13,12 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from skillstate.config import SIM_MODELS
 from skillstate.engine.loading import LoadedRun, load_run, roles_of
 from skillstate.errors import NotFoundError
-from skillstate.llm.embeddings import ROLE as EMBEDDER
 from skillstate.log.events import Usage
 from skillstate.log.reducer import RunState, StepRecord, need, usage_totals
-from skillstate.pricing import cost_usd, price_for, sent_cost
-from skillstate.reading.failures import event_call_refs, failed_call_tokens, failed_calls, unused_calls
-from skillstate.reading.policy_view import policy_status, policy_summary
-from skillstate.reading.selection_report import gap_summary
-from skillstate.reading.skill_text import skill_text, stored_files
-from skillstate.reading.tool_use import tool_use
-from skillstate.reading.triggers import run_triggers, unobserved_loads
-from skillstate.skilltree import SKILL_MD, is_tree_blob
+from skillstate.log.review_fold import awaiting
+from skillstate.reading.policy_view import policy_status
 from skillstate.storage.store import Store
 
 
@@ -61,6 +56,8 @@ class Snapshot:
 
 def replay(store: Store, run_id: str | None, to_step: int) -> Snapshot:
     """The state after `to_step` (0 = after the baseline), folded from the log."""
+    from skillstate.reading.skill_text import skill_text
+
     loaded = load_run(store, run_id)
     state = loaded.state_at(to_step)
     return Snapshot(loaded.run_id, to_step, state, skill_text(store, need(state.current_skill, "the current skill")),
@@ -70,6 +67,8 @@ def replay(store: Store, run_id: str | None, to_step: int) -> Snapshot:
 def skill_at(store: Store, run_id: str | None, step: int | None = None, best: bool = False) -> tuple[str, str]:
     """(run_id, skill text). With a step: the current skill after it, or the
     best one so far with `best`. Without a step: the run's best skill."""
+    from skillstate.reading.skill_text import skill_text
+
     loaded = load_run(store, run_id)
     return loaded.run_id, skill_text(store, chosen_skill(loaded, step, best))
 
@@ -84,6 +83,9 @@ def chosen_skill(loaded: LoadedRun, step: int | None = None, best: bool = False)
 
 
 def skill_diff(store: Store, run_id: str | None, step_a: int, step_b: int) -> tuple[str, str]:
+    from skillstate.reading.skill_text import stored_files
+    from skillstate.skilltree import SKILL_MD
+
     loaded = load_run(store, run_id)
     rid = loaded.run_id
     hash_a, hash_b = chosen_skill(loaded, step_a), chosen_skill(loaded, step_b)
@@ -119,6 +121,8 @@ def status_of(state: RunState) -> str:
         return "evaluated" if state.kind == "eval" else "completed"
     if state.baseline is None:
         return "started" if state.stopped is None else "stopped before the baseline"
+    if awaiting(state) is not None:  # review: a step waits for a person's decision
+        return "awaiting_review"
     if state.stopped is not None:
         return f"stopped at step {state.last_completed_step}/{state.total_steps}"
     return f"step {state.last_completed_step}/{state.total_steps}"
@@ -130,6 +134,13 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
     Usage counts the run's own events (a fork's inherited prefix is its
     parent's); `sent` counts requests this run actually sent, the rest were
     served from the call table."""
+    from skillstate.llm.embeddings import ROLE as EMBEDDER
+    from skillstate.reading.failures import event_call_refs, failed_call_tokens, failed_calls, unused_calls
+    from skillstate.reading.policy_view import policy_summary
+    from skillstate.reading.selection_report import gap_summary
+    from skillstate.reading.tool_use import tool_use
+    from skillstate.reading.triggers import run_triggers, unobserved_loads
+
     s = loaded.state
     refs = list(event_call_refs(store, loaded.own))  # read once: each results blob holds many calls
     own = with_failed_tokens(usage_totals(e.event for e in loaded.own), failed_call_tokens(store, loaded.run_id, refs))
@@ -202,7 +213,7 @@ def early_rejects(loaded: LoadedRun) -> dict[int, dict[str, Any]]:
 def skill_tree_summary(store: Store, root: str, initial: str | None = None) -> dict[str, Any]:
     """The Agent Skills directory a run started from: its name, its files, and what the run trains (`trained`:
     SKILL.md's path, or "all" where the run trains every file, its initial skill being the tree)."""
-    from skillstate.skilltree import decode_tree, parse_front_matter, skill_md_path
+    from skillstate.skilltree import decode_tree, is_tree_blob, parse_front_matter, skill_md_path
 
     tree = decode_tree(store.get_blob(root), store.get_blobs)
     md = skill_md_path(tree)
@@ -232,6 +243,9 @@ def cost_summary(sent_rows: list[tuple[str, str, int, int, int]], config: dict[s
     """USD cost per role and per stage of the run's own events at list prices,
     and what the requests it actually sent (`Store.paid_by_model` rows) cost;
     the rest came from the log."""
+    from skillstate.config import SIM_MODELS
+    from skillstate.pricing import cost_usd, price_for, sent_cost
+
     prices = config.get("prices") or {}
     models = {role: (config.get(role) or {}).get("model") or SIM_MODELS[role] for role in roles}
     unpriced = sorted({m for m in models.values() if price_for(m, prices) is None})

@@ -23,6 +23,7 @@ from skillstate.log.events import (
 from skillstate.log.events_bank import BankEvolved, BankValidated, SkillsDistilled
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
+from skillstate.log.events_review import ReviewDecided, ReviewRequested
 from skillstate.reading.bank_steps import step_label
 from skillstate.reading.failures import event_call_refs, failed_calls
 from skillstate.skillopt.describe import DESCRIBE
@@ -108,6 +109,18 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
         elif isinstance(ev, ParentChosen):  # parent_selection pareto
             out["parent"] = {"skill": ev.skill, "score": ev.score, "switched": ev.skill != ev.previous_skill,
                              "pool": ev.pool, "reason": ev.reason, "front": [m.model_dump() for m in ev.front]}
+        elif isinstance(ev, ReviewRequested):  # review: the step put before a person
+            out["review"] = {"review": ev.review, "verdict": ev.verdict.decision, "reason": ev.verdict.reason,
+                             "candidate": ev.candidate, "edits": len(ev.edits)}
+        elif isinstance(ev, ReviewDecided):
+            out.setdefault("review", {}).update(decision=ev.decision, dropped=[i + 1 for i in ev.dropped],
+                                                reviewer=ev.reviewer, at=ev.at, comment=ev.comment)
+        elif isinstance(ev, CandidateBuilt) and out.get("review", {}).get("decision"):  # rebuilt after the review
+            out["review"]["rebuilt"] = ev.skill
+            out["review"]["apply_report"] = [r.model_dump() for r in ev.report]
+            out["skills"]["kept"] = ev.skill
+        elif isinstance(ev, CandidateEvaluated) and out.get("review", {}).get("decision"):
+            out["review"]["evaluation"] = _evaluation(ev)
         elif isinstance(ev, CandidateBuilt) and "repair" in out:  # the repaired candidate
             out["repair"]["apply_report"] = [r.model_dump() for r in ev.report]
             out["skills"]["repaired"] = ev.skill
