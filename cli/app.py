@@ -20,6 +20,7 @@ from skillstate.errors import (
     ConcurrencyError,
     CorruptLogError,
     LLMStop,
+    ReviewPending,
     RunBusyError,
     RunStopped,
     SkillstateError,
@@ -44,13 +45,18 @@ class Stopped(click.ClickException):
 
 
 # Exit codes: 2 bad input or a fatal endpoint error, 3 the cost budget, 4 the LLM calls kept failing,
-# 130 interrupted, 1 anything else (a database that refused a write, a damaged log, a bug).
-EXIT_BUDGET, EXIT_LLM, EXIT_INTERRUPTED = 3, 4, 130
+# 5 a step awaits review, 130 interrupted, 1 anything else (a database that refused a write, a damaged log, a bug).
+EXIT_BUDGET, EXIT_LLM, EXIT_REVIEW, EXIT_INTERRUPTED = 3, 4, 5, 130
 DB_META_KEY = "skillstate.db"
 
 
 def resume_hint(run_id: str, extra: str = "") -> str:
     """The command that continues `run_id`, with --db when it is not the default."""
+    return command_hint("resume", run_id, extra)
+
+
+def command_hint(command: str, run_id: str, extra: str = "") -> str:
+    """`skillstate COMMAND RUN`, with --db when it is not the default."""
     ctx = click.get_current_context(silent=True)
     db = ctx.meta.get(DB_META_KEY) if ctx is not None else None
     flag = ""
@@ -58,10 +64,13 @@ def resume_hint(run_id: str, extra: str = "") -> str:
         from sqlalchemy.engine import make_url
 
         flag = f" --db {shlex.quote(make_url(db).render_as_string(hide_password=True))}"
-    return f"skillstate resume {run_id}{extra}{flag}"
+    return f"skillstate {command} {run_id}{extra}{flag}"
 
 
 def stopped(err: RunStopped) -> Stopped:
+    if isinstance(err, ReviewPending):
+        return Stopped(f"{err}; the run is saved: read and decide the step with: {command_hint('review', err.run_id)}"
+                       f", then go on with: {resume_hint(err.run_id)}", EXIT_REVIEW)
     if isinstance(err, BudgetStop):
         return Stopped(f"{err}; the run stopped cleanly and is saved: resume it with a higher budget: "
                        f"{resume_hint(err.run_id, ' --max-cost-usd AMOUNT')}", EXIT_BUDGET)

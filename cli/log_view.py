@@ -35,6 +35,7 @@ from skillstate.log.events_epoch import (
 )
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
+from skillstate.log.events_review import ReviewDecided, ReviewRequested
 from skillstate.log.prune_events import PruneDecided, PruneProposed
 from skillstate.log.selection_events import FinalSelected, SelectionScored
 from skillstate.reading import selection_report
@@ -123,4 +124,8 @@ def event_summary(ev: Event) -> str:
                 f"({', '.join(sorted({r for p in ev.lines for r in p.reasons})) or 'none'}; optimizer {ev.status})")
     if isinstance(ev, PruneDecided):
         return f"after step {ev.after_step}: {ev.decision}: {ev.reason}"
+    if isinstance(ev, (ReviewRequested, ReviewDecided)):
+        from skillstate.reading.review import review_line
+
+        return review_line(ev)
     return ""

@@ -13,6 +13,7 @@ from skillstate.cli import (  # noqa: F401  (registers the commands)
     integrity,
     policy_cmd,
     read,
+    review_cmd,
     skill_cmd,
     tools,
     train,

@@ -90,6 +90,17 @@ def step_text(d: dict[str, Any], width: int | None = None) -> str:
         lines.extend(wrapped("candidate " + evaluation_text(d["evaluation"]), width))
     if "repair" in d:
         lines.extend(repair_lines(d["repair"], width))
+    if "review" in d:  # review: what the gate decided, and the person after it
+        r = d["review"]
+        lines.extend(wrapped(f"review ({r['review']}): the gate's verdict {r['verdict']} ({r['reason']})", width))
+        if r.get("decision"):
+            without = f" without edit {', '.join(map(str, r['dropped']))}" if r["dropped"] else ""
+            note = f": {r['comment']}" if r["comment"] and r["reviewer"] != "timeout" else ""
+            lines.extend(wrapped(f"  {r['decision']}{without} by {r['reviewer']} at {r['at']}{note}", width, "    "))
+            if r.get("evaluation"):
+                lines.extend(wrapped("  rebuilt candidate " + evaluation_text(r["evaluation"]), width, "    "))
+        else:
+            lines.append(f"  awaits a decision: skillstate review {d['run_id']}")
     if "decision" in d:
         lines.extend(wrapped(f"gate: {d['decision']['decision']} ({d['decision']['reason']})", width))
         lines.extend(verdict_lines(d["decision"], width))
