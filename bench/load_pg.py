@@ -101,7 +101,7 @@ def poll_main(url: str, dashboard: str | None, run_ids: list[str], stop_file: st
     """From `start_at`, read the database until `stop_file` appears; write what it timed to `out_file`."""
     from sqlalchemy import text
 
-    from skillstate.cli.render import run_rows
+    from skillstate.cli.runs_view import run_rows
     from skillstate.dashboard.store_view import open_read_only
 
     store = open_read_only(url)

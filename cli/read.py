@@ -34,7 +34,7 @@ def runs(as_json, db) -> None:
     Example:
         skillstate runs --json
     """
-    from skillstate.cli.render import run_rows, runs_lines
+    from skillstate.cli.runs_view import run_rows, runs_lines
     from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)

@@ -36,10 +36,8 @@ from skillstate.log.events import (
 )
 from skillstate.log.events_bank import BankEvolved, BankSeeded, BankValidated, SkillsDistilled
 from skillstate.log.events_repair import EditsAblated
-from skillstate.log.events_review import ReviewDecided, ReviewRequested
 from skillstate.log.reducer import RunState
 from skillstate.reading import selection_report
-from skillstate.reading.history import status_of
 
 if TYPE_CHECKING:  # (the engine is imported by the commands that run one)
     from skillstate.engine.context import Progress
@@ -59,10 +57,6 @@ class ProgressPrinter:
     def __call__(self, p: Progress) -> None:
         if p.kind == "warning":
             click.echo(f"warning: {p.stage}", err=True)
-            return
-        if p.kind == "notice":  # a line the engine has for people (a run waiting for a review's decision)
-            self._flush()
-            self.echo(p.stage)
             return
         if p.kind != "event":
             return
@@ -140,10 +134,6 @@ class ProgressPrinter:
             return f"    prune      {event_summary(ev)}"
         if t in ("SelectionScored", "FinalSelected"):
             return f"final          {t}  {event_summary(ev)}"
-        if isinstance(ev, (ReviewRequested, ReviewDecided)):
-            from skillstate.reading.review import review_line
-
-            return f"    review     {review_line(ev)}"
         return None
 
 
@@ -312,15 +302,6 @@ def task_type_lines(baseline: dict[str, Any], best: dict[str, Any], width: int |
                         ("n", "baseline", "best", "change"))], rows, width)
 
 
-def runs_lines(rows: list[dict[str, Any]], width: int | None = None) -> list[str]:
-    """`skillstate runs`: one row per run; long ids are cut with an ellipsis."""
-    body = [[r["run_id"], f"{r['parent_run_id']}@{r['fork_step']}" if r["parent_run_id"] else "", r["status"],
-             r.get("kind") or "", fmt(r["baseline_score"]), fmt(r["best_score"]),
-             "-" if r["best_step"] is None else r["best_step"]] for r in rows]
-    return table_lines([Col("run", shrink=True), Col("parent", shrink=True), Col("status"), Col("kind", shrink=True),
-                        Col("baseline", num=True), Col("best", num=True), Col("at", num=True)], body, width)
-
-
 def bank_lines(bank, width: int | None = None) -> list[str]:
     """`show` of a bank run: the best bank's skills (and its mistakes), one row each."""
     rows = [[sk.id, sk.category or "general", sk.provenance.origin, sk.provenance.step, sk.title, sk.principle]
@@ -363,44 +344,6 @@ def history_lines(history, width: int | None = None, labels: dict[int, str] | No
         lines.extend(wrapped(f"{BOUND_MARK}: rejected early, at most this score (show --step N: how many items "
                              "were scored)", width))
     return lines
-
-
-def _kind_label(state) -> str:
-    """train (skill bank: train/bank), eval, or a policy run's method (policy/sft, policy/grpo)."""
-    if state.policy is not None:
-        return f"policy/{state.policy.started.method}"
-    if state.kind == "train" and state.config.get("mode") == "bank":
-        return "train/bank"
-    return state.kind
-
-
-def run_rows(store, rows) -> list[dict[str, Any]]:
-    """A row per run; a run whose log is damaged is one with status `damaged` and its `problem`, so that
-    one damaged log hides no other run."""
-    from skillstate.engine.loading import load_run
-    from skillstate.errors import CorruptLogError
-    from skillstate.reading.policy_view import policy_baseline
-
-    out: list[dict[str, Any]] = []
-    for row in rows:
-        try:
-            state = load_run(store, row.run_id).state
-        except CorruptLogError as err:
-            out.append({"run_id": row.run_id, "kind": row.kind, "parent_run_id": row.parent_run_id,
-                        "fork_step": row.fork_step,
-                        "created_at": row.created_at.isoformat() if row.created_at else None, "status": "damaged",
-                        "baseline_score": None, "best_score": None, "best_step": None, "problem": str(err)})
-            continue
-        baseline = state.baseline.gate if state.baseline else None
-        if state.policy is not None:  # a policy run: the base policy's val score, at step 0
-            baseline = policy_baseline(state.policy)
-        out.append({
-            "run_id": row.run_id, "kind": _kind_label(state), "parent_run_id": row.parent_run_id,
-            "fork_step": row.fork_step, "created_at": row.created_at.isoformat() if row.created_at else None,
-            "status": status_of(state), "baseline_score": baseline,
-            "best_score": state.best_score, "best_step": state.best_step,
-        })
-    return out
 
 
 def why_text(info: dict[str, Any], width: int | None = None) -> str:

@@ -330,6 +330,9 @@ NOT_FOR_READING = ["skillstate.engine.runner", "skillstate.engine.stages", "skil
                    "skillstate.envs.registry", "skillstate.envs.qa", "skillstate.prompts", "alembic", "openai",
                    "anthropic", "httpx", "numpy", "jinja2", "starlette"]
 
+NOT_FOR_LISTING = [*NOT_FOR_READING, "skillstate.config", "skillstate.pricing", "skillstate.skilltree", "yaml",
+                   "skillstate.cli.render", "skillstate.reading.tool_use"]
+
 READ_PROBE = """
 import json, sys
 from click.testing import CliRunner
@@ -351,5 +354,11 @@ def test_13_reading_a_run_imports_no_engine_environment_or_client(finished_run):
     for args in (["runs"], ["show", "base"], ["show", "base", "--step", "1"], ["log", "base"], ["show", "base",
                                                                                                  "--step", "0"]):
         out = subprocess.run([sys.executable, "-c", READ_PROBE, json.dumps(args + db), json.dumps(NOT_FOR_READING)],
+                             capture_output=True, text=True, check=True)
+        assert json.loads(out.stdout.strip().splitlines()[-1]) == [], args
+    # listing runs and their events folds each run and prints a table: no summary, so no config model, prices,
+    # skill trees (nor the YAML they read) and no summary renderer
+    for args in (["runs"], ["log", "base"]):
+        out = subprocess.run([sys.executable, "-c", READ_PROBE, json.dumps(args + db), json.dumps(NOT_FOR_LISTING)],
                              capture_output=True, text=True, check=True)
         assert json.loads(out.stdout.strip().splitlines()[-1]) == [], args

@@ -8,6 +8,7 @@ train extra (torch's CPU build, transformers, TRL, PEFT)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -217,7 +218,9 @@ def test_without_the_train_extra_a_policy_command_says_what_to_install(monkeypat
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trl" else real(name, *a))
-    with pytest.raises(ConfigError, match=r'needs (.*, )?trl(, .*)?: pip install "skillstate\[train\]"'):
+    from skillstate.util import install_hint
+
+    with pytest.raises(ConfigError, match=r"needs (.*, )?trl(, .*)?: " + re.escape(install_hint("train"))):
         require_training_libraries()
 
 
