@@ -36,6 +36,7 @@ from skillstate.log.events import (
 )
 from skillstate.log.events_bank import BankEvolved, BankSeeded, BankValidated, SkillsDistilled
 from skillstate.log.events_repair import EditsAblated
+from skillstate.log.events_review import ReviewDecided, ReviewRequested
 from skillstate.log.reducer import RunState
 from skillstate.reading import selection_report
 
@@ -57,6 +58,10 @@ class ProgressPrinter:
     def __call__(self, p: Progress) -> None:
         if p.kind == "warning":
             click.echo(f"warning: {p.stage}", err=True)
+            return
+        if p.kind == "notice":  # a line the engine has for people (a run waiting for a review's decision)
+            self._flush()
+            self.echo(p.stage)
             return
         if p.kind != "event":
             return
@@ -134,6 +139,10 @@ class ProgressPrinter:
             return f"    prune      {event_summary(ev)}"
         if t in ("SelectionScored", "FinalSelected"):
             return f"final          {t}  {event_summary(ev)}"
+        if isinstance(ev, (ReviewRequested, ReviewDecided)):
+            from skillstate.reading.review import review_line
+
+            return f"    review     {review_line(ev)}"
         return None
 
 

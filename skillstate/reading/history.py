@@ -17,6 +17,7 @@ from skillstate.engine.loading import LoadedRun, load_run, roles_of
 from skillstate.errors import NotFoundError
 from skillstate.log.events import Usage
 from skillstate.log.reducer import RunState, StepRecord, need, usage_totals
+from skillstate.log.review_fold import awaiting
 from skillstate.reading.policy_view import policy_status
 from skillstate.storage.store import Store
 
@@ -120,6 +121,8 @@ def status_of(state: RunState) -> str:
         return "evaluated" if state.kind == "eval" else "completed"
     if state.baseline is None:
         return "started" if state.stopped is None else "stopped before the baseline"
+    if awaiting(state) is not None:  # review: a step waits for a person's decision
+        return "awaiting_review"
     if state.stopped is not None:
         return f"stopped at step {state.last_completed_step}/{state.total_steps}"
     return f"step {state.last_completed_step}/{state.total_steps}"
