@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from skillstate import __version__
 from skillstate.dashboard import pages
+from skillstate.dashboard.review_page import ReviewDesk, review_routes
 from skillstate.dashboard.store_view import RunCache
 from skillstate.errors import CorruptLogError, NotFoundError, SkillstateError, UserError
 from skillstate.storage.schema import events as events_table
@@ -84,13 +85,15 @@ def make_templates() -> Environment:
     return env
 
 
-def create_app(store: Store, *, allowed_hosts: list[str] | None = None) -> Starlette:
+def create_app(store: Store, *, allowed_hosts: list[str] | None = None, review: ReviewDesk | None = None) -> Starlette:
     """The dashboard over `store` (open it with `open_read_only`). With
     `allowed_hosts`, requests naming another Host are refused (a page on
     another site cannot reach the dashboard by rebinding its name to
-    127.0.0.1)."""
+    127.0.0.1). With `review` (`--review`), the review page decides too,
+    through the desk's own store; every other page stays read-only."""
     cache = RunCache(store)
     env = make_templates()
+    env.globals.update(review_desk=review is not None)
 
     def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
         html = env.get_template(name).render(db=store.display_url, **context)
@@ -217,6 +220,7 @@ def create_app(store: Store, *, allowed_hosts: list[str] | None = None) -> Starl
         Route("/runs/{run_id}/lineage", guarded(lineage)),
         Route("/runs/{run_id}/bank", guarded(bank)),
         Route("/compare", guarded(compare)),
+        *review_routes(cache, render, guarded, review),
         Route("/api/runs", guarded(api_runs)),
         Route("/api/runs/{run_id}", guarded(api_run)),
         Route("/api/runs/{run_id}/why", guarded(api_why)),
