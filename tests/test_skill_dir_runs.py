@@ -102,7 +102,7 @@ def test_a_skill_directory_trains_its_skill_md_and_keeps_its_front_matter(dir_ru
     assert best != initial and front_of(best) == front_of(initial)
     assert "name: short-answers" not in body_of(best)
     assert "the Agent Skills directory short-answers (2 files;" in call("show", "d", "--db", store.url)
-    out = call("why", "d", "digits only", "--db", store.url, code=1)  # a reference's text, not the trained file's
+    out = call("why", "d", "digits only", "--db", store.url, code=2)  # a reference's text, not the trained file's
     assert "but in references/answer-forms.md, which the run keeps as read" in out
     tree = json.loads(call("show", "d", "--json", "--db", store.url))["skill_tree"]
     assert [f["path"] for f in tree["files"]] == ["SKILL.md", "references/answer-forms.md"]
@@ -144,12 +144,13 @@ def test_a_fork_of_a_directory_run_pays_nothing_again_and_exports_its_directory(
 def test_the_trained_skill_exports_as_a_directory_and_an_archive_that_install(dir_run):
     tmp, store = dir_run
     out = call("export", "d", "--into", str(tmp / "skills"), "--db", store.url)
-    assert "short-answers/" in out
+    assert f"wrote {tmp / 'skills' / 'short-answers'}: the Agent Skill short-answers" in out
     installed = tmp / "skills" / "short-answers"
     for ref in (SKILL_DIR / "references").iterdir():  # what the run did not train is byte for byte the same
         assert (installed / "references" / ref.name).read_bytes() == ref.read_bytes()
-    trained = call("export", "d", "-o", str(tmp / "trained.md"), "--db", store.url) or (tmp / "trained.md").read_text(
-        encoding="utf-8")
+    wrote = call("export", "d", "-o", str(tmp / "trained.md"), "--db", store.url)
+    assert wrote.startswith(f"wrote {tmp / 'trained.md'}: ")
+    trained = (tmp / "trained.md").read_text(encoding="utf-8")
     assert (installed / "SKILL.md").read_text(encoding="utf-8") == trained
     call("export", "d", "-o", str(tmp / "s.skill"), "--db", store.url)
     packed = load_skill(tmp / "s.skill")
