@@ -363,6 +363,26 @@ def test_a_driver_waiting_out_the_timeout_takes_a_reviewers_decision(tmp_path, m
     store.close()
 
 
+def test_a_reviewer_who_gets_in_before_the_timeout_wins_the_race(tmp_path):
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    store, person = Store(url), Store(url)
+    real = store.append
+
+    def append(run_id, events, **kw):  # the person decides just as the driver records the timeout's
+        if any(getattr(e, "reviewer", None) == "timeout" for e in events):
+            decide(person, run_id, "reject", reviewer="alice")
+        return real(run_id, events, **kw)
+
+    store.append = append
+    result = Trainer(fast(review="accepted", review_timeout=0, review_default="accept"), store=store,
+                     run_id="r").train()
+    assert result.state.completed
+    assert {d.reviewer for d in of_type(store, "r", ReviewDecided)} == {"alice"}
+    assert audit(store, "r").ok and verify(store, "r").ok
+    person.close()
+    store.close()
+
+
 def test_review_timeout_and_default_may_change_on_resume(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 'r.db'}")
     waiting_run(store)
