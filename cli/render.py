@@ -102,11 +102,7 @@ class ProgressPrinter:
             asked = f", asked {ev.requested}" if ev.requested is not None else f", reply {ev.status}"
             return f"    lr         apply {ev.chosen} of {ev.candidates} edits{asked}"
         if isinstance(ev, EditsSelected):
-            again = sum(1 for d in ev.dropped if d.reason == "rejected_before")
-            noop = len(ev.dropped) - again
-            dropped = (f", {noop} would change nothing" if noop else "") + \
-                (f", {again} rejected before" if again else "")
-            return f"    select     {len(ev.edits)} of {ev.candidates} edits ({ev.method}{dropped})"
+            return f"    select     {len(ev.edits)} of {ev.candidates} edits ({ev.method}{selection_notes(ev)})"
         if isinstance(ev, (SkillsDistilled, BankValidated, BankEvolved, BankSeeded)):
             return f"    {_BANK_STAGE[ev.type]:<11}{event_summary(ev)}"
         if isinstance(ev, CandidateBuilt):
@@ -149,6 +145,26 @@ class ProgressPrinter:
 _BANK_STAGE = {"SkillsDistilled": "distill", "BankValidated": "validate", "BankEvolved": "evolve",
                "BankSeeded": "import"}
 EPOCH_EVENTS = ("EpochCompared", "SlowUpdateProposed", "SlowUpdateDecided", "MetaSkillWritten", "FinalValidated")
+
+
+_DROP_NOTES = {"no_change": "would change nothing", "duplicate": "would change nothing",
+               "rejected_before": "rejected before", "screened_out": "screened out",
+               "dangling_link": "left out for a link to nothing"}
+
+
+def selection_notes(ev: EditsSelected) -> str:
+    """What selection left out and why, and the creations kept with a link to them: ", 2 would change
+    nothing, 1 rejected before, 1 file kept with its link"."""
+    counts: dict[str, int] = {}
+    for d in ev.dropped:
+        note = _DROP_NOTES.get(d.reason, "would change nothing")
+        counts[note] = counts.get(note, 0) + 1
+    order = list(dict.fromkeys(_DROP_NOTES.values()))
+    notes = [f"{counts[note]} {note}" for note in order if note in counts]
+    if ev.paired:
+        notes.append(f"{len(ev.paired)} file{'s' if len(ev.paired) > 1 else ''} kept with the link to "
+                     f"{'them' if len(ev.paired) > 1 else 'it'}")
+    return "".join(f", {note}" for note in notes)
 
 
 def _usd(value: float) -> str:

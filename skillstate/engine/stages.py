@@ -200,6 +200,8 @@ def skip_reason(state: RunState, update_mode: str) -> str | None:
             if "rejected_before" in reasons or "screened_out" in reasons:  # (older logs never have them)
                 return f"every proposed edit was left out before selection ({listed})"
             return f"every proposed edit would change nothing ({listed})"
+        if any(d.reason == "dangling_link" for d in dropped):
+            return "every selected edit linked to a file that no kept edit creates (dangling link)"
         return "the autonomous learning rate chose 0 edits"
     return None
 

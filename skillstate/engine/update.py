@@ -18,11 +18,13 @@ from skillstate.log.values import DroppedEdit
 from skillstate.skillopt.describe import DESCRIBE, apply_describe
 from skillstate.skillopt.editor import CHANGED, apply_edits
 from skillstate.skillopt.guidance import body_of, front_of, guidance_of, protect, with_guidance
+from skillstate.skillopt.linked_pairs import keep_links_whole
 from skillstate.skillopt.minibatch import ranked
 from skillstate.skillopt.scheduler import clamp_edit_count
 from skillstate.skillopt.screen import edit_key, normalized_counts, screen_describes, screen_edits
 from skillstate.skillopt.tree_edits import is_skill_md_edit, md_of, patch_tree, screen_file_edits, with_md
 from skillstate.skilltree.bundle import bundle, is_bundle, unbundle
+from skillstate.skilltree.tree import SkillTree
 
 
 def fallback_order(edits: list[Edit]) -> list[int]:
@@ -65,14 +67,43 @@ def select(ctx: RunContext, state: RunState) -> list[Event]:
     edits = need(p.merged, "PatchesMerged").edits
     base = ctx.skill(p.base_skill)
     kept, dropped = screen(ctx.config, state, base, edits)
+    return [links_whole(ctx.config, base, edits, kept, chosen(ctx, state, base, edits, kept, dropped))]
+
+
+def links_whole(config: Any, base: str, edits: list[Edit], kept: list[int], selected: EditsSelected) -> EditsSelected:
+    """The selection with its links kept whole (`skillstate.skillopt.linked_pairs`): in a run that trains a
+    directory, a link to a file the selection would leave out brings in the edit that creates it (`paired`),
+    or the edit that writes the link (or removes its file) is dropped as `dangling_link`."""
+    if not is_bundle(base) or not selected.edits or config.update_mode != "patch":
+        return selected
+    tree = unbundle(base)
+
+    def build(chosen: list[Edit]) -> SkillTree:
+        return unbundle(patch_with(config, base, chosen)[0])
+
+    out = {d.index for d in selected.dropped}  # e.g. screened out: no pair brings those back
+    settled = keep_links_whole(tree, edits, selected.selected_indices, [i for i in kept if i not in out], build)
+    if settled.selected == selected.selected_indices:
+        return selected
+    return selected.model_copy(update=dict(
+        selected_indices=settled.selected, edits=[edits[i] for i in settled.selected], paired=settled.paired,
+        dropped=sorted([*selected.dropped, *settled.dropped], key=lambda d: d.index),
+        method=selected.method if settled.selected else "none"))
+
+
+def chosen(ctx: RunContext, state: RunState, base: str, edits: list[Edit], kept: list[int],
+           dropped: list[DroppedEdit]) -> EditsSelected:
+    """The selection: every edit kept when the budget allows, else the optimizer's ranking (or the screen's
+    gains, with edit_screen on)."""
+    p = step_progress(state)
     budget = p.learning_rate.chosen if p.learning_rate is not None else p.edit_budget
     if p.screened is not None:  # edit_screen: the edits that passed their minibatch, by their gain; no ranking
-        return [selected_by_screen(p.step, edits, kept, dropped, p.screened, budget)]
+        return selected_by_screen(p.step, edits, kept, dropped, p.screened, budget)
     common: dict[str, Any] = dict(step=p.step, budget=budget, candidates=len(edits), dropped=dropped)
     if len(kept) <= budget or budget == 0:
         indices = kept[:budget]
-        return [EditsSelected(method="all" if budget and kept else "none", selected_indices=indices,
-                              edits=[edits[i] for i in indices], **common)]
+        return EditsSelected(method="all" if budget and kept else "none", selected_indices=indices,
+                             edits=[edits[i] for i in indices], **common)
     shown = [edits[i] for i in kept]  # the ranker sees only the edits left, numbered from 0
     result = ctx.optimizer(compose(ctx, state, "rank", memo=True, skill=base, budget=budget,
                                    edits=to_json(edits_json(shown, with_index=True))), reply=RankReply)
@@ -87,8 +118,8 @@ def select(ctx: RunContext, state: RunState) -> list[Event]:
     if not picked:
         picked, method = fallback_order(shown)[:budget], "fallback"
     indices = [kept[i] for i in picked]
-    return [EditsSelected(method=method, selected_indices=indices, edits=[edits[i] for i in indices],
-                          call=result.ref, **common)]
+    return EditsSelected(method=method, selected_indices=indices, edits=[edits[i] for i in indices],
+                         call=result.ref, **common)
 
 
 def selected_by_screen(step: int, edits: list[Edit], kept: list[int], dropped: list[DroppedEdit],

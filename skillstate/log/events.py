@@ -221,6 +221,16 @@ class EditsSelected(Event):
     edits: list[Edit]
     call: CallRef | None = None
     dropped: list[DroppedEdit] = []  # edits that would change nothing, left out before selection
+    # a run that trains a directory: edits that create a file a selected edit links to, kept with it
+    # (skillopt.linked_pairs); left out of the payload when there are none, so older events read as before
+    paired: list[int] = []
+
+    @model_serializer(mode="wrap")
+    def _without_pairs_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if not data.get("paired"):
+            data.pop("paired", None)
+        return data
 
     def usage(self) -> dict[str, Usage]:
         return usage_of([self.call])

@@ -60,7 +60,8 @@ class Edit(Frozen):
 
 class DroppedEdit(Frozen):
     """A proposed edit left out before selection because it would change nothing, or (drop_rejected_edits)
-    because it failed before (see skillstate.skillopt.screen)."""
+    because it failed before (see skillstate.skillopt.screen); or after it, because it would leave a link in
+    SKILL.md pointing at nothing (`dangling_link`, skillstate.skillopt.linked_pairs)."""
 
     index: int  # into the merged edits
     reason: str

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Collection
 from urllib.parse import unquote
 
 _LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'(][^)]*)?\)")
@@ -38,3 +39,10 @@ def linked_paths(markdown: str) -> list[str]:
 def leaves_root(path: str) -> bool:
     """Whether a normalized linked path climbs out of the skill directory."""
     return path == ".." or path.startswith("../")
+
+
+def missing_links(markdown: str, held: Collection[str]) -> list[str]:
+    """The paths `markdown` links to inside the skill that are neither a file in `held` (the skill's
+    paths) nor a folder of one, in order of first mention."""
+    folders = {path.rsplit("/", i)[0] for path in held for i in range(1, path.count("/") + 1)}
+    return [p for p in linked_paths(markdown) if not leaves_root(p) and p not in held and p not in folders]

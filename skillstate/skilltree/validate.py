@@ -20,7 +20,7 @@ from typing import Any
 
 from skillstate.errors import UserError
 from skillstate.skilltree.frontmatter import FrontMatter, parse_front_matter
-from skillstate.skilltree.links import leaves_root, linked_paths
+from skillstate.skilltree.links import leaves_root, linked_paths, missing_links
 from skillstate.skilltree.tree import SKILL_MD, SkillTree
 
 MAX_NAME_CHARS = 64
@@ -192,12 +192,11 @@ def _check_body(tree: SkillTree, front: FrontMatter, md_path: str, warnings: lis
     if lines > MAX_BODY_LINES:
         warnings.append(Finding(md_path, f"the body has {lines:,} lines; keep it under {MAX_BODY_LINES} and move "
                                          "detail into references/"))
-    directories = {p.rsplit("/", 1)[0] for p in tree if "/" in p}
-    directories |= {d.rsplit("/", i)[0] for d in list(directories) for i in range(1, d.count("/") + 1)}
+    missing = set(missing_links(front.body, tree))
     for path in linked_paths(front.body):
         if leaves_root(path):
             warnings.append(Finding(md_path, f"links to {path}, outside the skill directory"))
-        elif path not in tree and path not in directories:
+        elif path in missing:
             warnings.append(Finding(md_path, f"links to {path}, which the skill does not hold"))
 
 
