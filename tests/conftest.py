@@ -5,10 +5,18 @@ sim server."""
 from __future__ import annotations
 
 import os
+import sys
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
+
+# Bytecode caches, whatever PYTHONDONTWRITEBYTECODE says: without them every test module's asserts are rewritten
+# again on each run and in each worker, and every `skillstate` process a test starts compiles the package from
+# source (together some minutes of CPU per run of the suite). The caches sit in __pycache__ (ignored by git).
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 from skillstate.config import SkillConfig
 from skillstate.sim.server import SimServer
@@ -137,6 +145,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(mark in item.keywords for mark in ("slow", "textworlds", "browser", "ray", "agentcli", "policy")):
             item.add_marker(skip)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """Workers for `-n auto` (pyproject's addopts): one more than the machine has cores, since the tests spend part
+    of their time waiting on subprocesses, sockets and timeouts; at least 2, at most 8."""
+    return max(2, min(8, (os.cpu_count() or 1) + 1))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line per reason a test was skipped, with how many (pytest's -ra would print one line per place)."""
+    reasons: Counter[str] = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.section("skipped, by reason", sep="-")
+        for reason, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+            terminalreporter.write_line(f"{n:>5}  {reason}")
 
 
 class Recorder:

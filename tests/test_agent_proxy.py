@@ -14,14 +14,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import httpx
 import openai
 import pytest
 
 from skillstate.envs.workspace.proxy.server import AgentProxy
+
+if TYPE_CHECKING:
+    import anthropic
 from skillstate.llm.base import CallResult, ToolCall
 from skillstate.log.values import CallRef
 
@@ -92,7 +94,10 @@ def openai_client(proxy: AgentProxy) -> openai.OpenAI:
 
 
 def anthropic_client(proxy: AgentProxy) -> anthropic.Anthropic:
-    """The Anthropic client adds /v1 itself."""
+    """The Anthropic client adds /v1 itself (imported here: importing it takes seconds, and every test worker
+    collects this module)."""
+    import anthropic
+
     return anthropic.Anthropic(base_url=proxy.base_url.removesuffix("/v1"), api_key=proxy.key, max_retries=0,
                                timeout=TIMEOUT)
 
@@ -652,6 +657,8 @@ def test_a_request_without_messages_is_a_400(path, anthropic_shape):
 def test_a_missing_anthropic_field_reaches_the_client_as_its_error():
     """Through the Anthropic client, the 400 is a BadRequestError whose body is Anthropic's error envelope."""
     model = Model()
+
+    import anthropic
 
     def agent(p: AgentProxy) -> anthropic.BadRequestError:
         with pytest.raises(anthropic.BadRequestError) as err:

@@ -125,7 +125,8 @@ def test_the_curves_have_one_point_per_step(site, page):
     budget = datasets(page, "budget-chart")[0]
     assert budget["points"] == len(state.history)
     rows = page.locator("#steps-table tbody tr")
-    assert rows.count() == len(state.history)
+    assert rows.count() == len(state.history) + 1  # the baseline's row, then one per step
+    assert page.locator("#steps-table tbody tr.baseline-row").count() == 1
     assert page.problems == []
 
 
@@ -221,7 +222,7 @@ def test_a_run_in_progress_updates_the_page_without_a_reload(browser, tmp_path):
     try:
         pg.goto(server.url + "/runs/live")
         pg.wait_for_function("() => window.Chart && Chart.getChart('curve-chart')")
-        assert pg.locator("#steps-table tbody tr").count() == 1
+        assert pg.locator("#steps-table tbody tr:not(.baseline-row)").count() == 1
         pg.evaluate("() => { window.__same_page = 42; }")
         runs_page = context.new_page()
         runs_page.goto(server.url + "/")
@@ -234,7 +235,7 @@ def test_a_run_in_progress_updates_the_page_without_a_reload(browser, tmp_path):
         resume = threading.Thread(target=lambda: Trainer(config, store=writer, run_id="live",
                                                          on_progress=slowly).train())
         resume.start()
-        pg.wait_for_function("() => document.querySelectorAll('#steps-table tbody tr').length >= 3",
+        pg.wait_for_function("() => document.querySelectorAll('#steps-table tbody tr:not(.baseline-row)').length >= 3",
                              timeout=30_000)
         assert pg.evaluate("() => window.__same_page") == 42  # updated in place, not reloaded
         points = pg.evaluate("() => Chart.getChart('curve-chart').data.datasets"

@@ -5,29 +5,36 @@ new steps, and a fork is a nested run of its parent's."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
 
 import pytest
+from click.testing import CliRunner
+from conftest import small_config
+
+from skillstate.cli.main import cli
+from skillstate.config import flatten_keys
+from skillstate.engine.runner import load_run
+from skillstate.errors import UserError
+from skillstate.exports.mlflow_common import config_params
+from skillstate.exports.mlflow_export import export_run
+from skillstate.reading.audit import head
+from skillstate.reading.curves import run_curves
+from skillstate.storage.store import Store
+from skillstate.trainer import Trainer
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # before mlflow is imported: nothing goes out
-mlflow = pytest.importorskip("mlflow")
+# mlflow is imported by the tests that use it, not here: importing it takes seconds, and every test
+# worker collects this module
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="the mlflow extra is not installed")
 
-from click.testing import CliRunner  # noqa: E402
-from conftest import small_config  # noqa: E402
-from mlflow import MlflowClient  # noqa: E402
 
-from skillstate.cli.main import cli  # noqa: E402
-from skillstate.config import flatten_keys  # noqa: E402
-from skillstate.engine.runner import load_run  # noqa: E402
-from skillstate.errors import UserError  # noqa: E402
-from skillstate.exports.mlflow_common import config_params  # noqa: E402
-from skillstate.exports.mlflow_export import export_run  # noqa: E402
-from skillstate.reading.audit import head  # noqa: E402
-from skillstate.reading.curves import run_curves  # noqa: E402
-from skillstate.storage.store import Store  # noqa: E402
-from skillstate.trainer import Trainer  # noqa: E402
+def MlflowClient(**kw):  # noqa: N802 (mlflow's client, imported when a test first asks for it)
+    from mlflow import MlflowClient as client
+
+    return client(**kw)
 from skillstate.util import install_hint  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # MLflow's own use of SQLAlchemy
