@@ -172,6 +172,10 @@ class SkillConfig(Section):
     drop_noop_edits: bool = Field(
         True, description="Before selection, drop merged edits that would change nothing (a line the skill already "
                           "holds, an absent target, a duplicate), so the budget goes to edits that do.")
+    keep_links_whole: bool = Field(
+        True, description="A run that trains a skill directory: selection never leaves a link in SKILL.md pointing "
+                          "at a file the candidate does not hold; the edit that creates the file joins the edit "
+                          "that links to it, else that edit is left out (runs logged before it existed read false).")
     drop_rejected_edits: int = Field(
         2, ge=0, description="With drop_noop_edits, also drop before selection a merged edit that was in this many "
                              "rejected candidates of the run (an edit the repair dropped as harmful counts as one); "

@@ -93,6 +93,7 @@ def test_the_update_stage_records_the_pair_and_show_says_it():
 
     class Patch(Config):
         update_mode = "patch"
+        keep_links_whole = True
 
     picked = EditsSelected(step=1, budget=2, candidates=3, method="ranked", selected_indices=[1, 2],
                            edits=[LINK_B, PLAIN])
@@ -128,3 +129,23 @@ def test_no_candidate_of_a_run_links_to_a_file_it_does_not_hold(budget_one_run):
     selections = [e for e in events if isinstance(e, EditsSelected)]
     assert any(s.paired or any(d.reason == DANGLING for d in s.dropped) for s in selections)
     assert audit(store, "p").ok and verify(store, "p").ok
+
+
+def test_a_run_logged_before_the_key_reads_it_off_and_selects_as_it_did():
+    from skillstate.log.event_codec import decode
+
+    config = {"num_epochs": 1}
+    started = {"config": config, "initial_skill": "h", "dataset": {}, "dataset_fingerprint": "f", "prompts": {},
+               "steps_per_epoch": 1, "total_steps": 1, "package_version": "0"}
+    assert decode("RunStarted", 11, started).config["keep_links_whole"] is False
+    assert decode("RunStarted", 12, {**started, "config": {**config, "keep_links_whole": True}}
+                  ).config["keep_links_whole"] is True
+    base = bundle(demo_tree())
+
+    class Old(Config):
+        update_mode = "patch"
+        keep_links_whole = False
+
+    picked = EditsSelected(step=1, budget=2, candidates=3, method="ranked", selected_indices=[1, 2],
+                           edits=[LINK_B, PLAIN])
+    assert links_whole(Old, base, [CREATE_B, LINK_B, PLAIN], [0, 1, 2], picked) is picked

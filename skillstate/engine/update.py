@@ -74,7 +74,7 @@ def links_whole(config: Any, base: str, edits: list[Edit], kept: list[int], sele
     """The selection with its links kept whole (`skillstate.skillopt.linked_pairs`): in a run that trains a
     directory, a link to a file the selection would leave out brings in the edit that creates it (`paired`),
     or the edit that writes the link (or removes its file) is dropped as `dangling_link`."""
-    if not is_bundle(base) or not selected.edits or config.update_mode != "patch":
+    if not config.keep_links_whole or not is_bundle(base) or not selected.edits or config.update_mode != "patch":
         return selected
     tree = unbundle(base)
 

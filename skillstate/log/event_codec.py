@@ -155,6 +155,14 @@ def _v10_bank(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "config": {**config, "bank": bank}}
 
 
+def _v11_selection(payload: dict[str, Any]) -> dict[str, Any]:
+    """Runs written before RunStarted v12 (RunForked v10) selected a directory's edits one by one, whatever links
+    they left pointing at nothing: a config without the key meant `keep_links_whole` off."""
+    config = dict(payload.get("config", {}))
+    config.setdefault("keep_links_whole", False)
+    return {**payload, "config": config}
+
+
 def _v1_gate(payload: dict[str, Any]) -> dict[str, Any]:
     """GateDecided v2 adds the robust rules' verdicts; a v1 decision was the strict rule's alone."""
     return payload
@@ -179,6 +187,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunForked", 6): _v7_front_matter,
     ("RunStarted", 10): _v10_bank,
     ("RunForked", 8): _v10_bank,
+    ("RunStarted", 11): _v11_selection,
+    ("RunForked", 9): _v11_selection,
     ("GateDecided", 1): _v1_gate,
 }
 
