@@ -34,6 +34,10 @@ GateMetric = Literal["hard", "soft", "mixed"]
 
 SIM_MODELS = {"target": "sim-target", "optimizer": "sim-optimizer"}
 
+# What mode bank leaves off of the document mechanisms that are on by default.
+BANK_OFF: dict[str, Any] = {"blocker_search": "off", "prune": "off", "prune_blockers": False}
+
+
 class SkillConfig(Section):
     """Every knob of a SkillOpt run. Field names are the config keys."""
 
@@ -97,13 +101,15 @@ class SkillConfig(Section):
         0.0, ge=0.0, le=1.0, description="Subtract this from the gate metric per 100 characters of the skill, so a "
                                          "shorter skill that scores the same wins (fixed on fork).")
     prune: Literal["off", "epoch", "step"] = Field(
-        "off", description="Propose deleting lines that do not earn their place (duplicates, near-duplicates, what "
-                           "the prune prompt names) at each epoch end or after each step, decided by the gate.")
+        "epoch", description="Propose deleting lines that do not earn their place (duplicates, near-duplicates, what "
+                             "the prune prompt names) at each epoch end or after each step, decided by the gate "
+                             "(not in mode bank; runs logged before it was the default read off).")
     prune_max_lines: int = Field(6, ge=1, description="prune: the most lines one proposal deletes.")
     prune_blockers: bool = Field(
-        False, description="prune: also take the current skill's lowest task type on val (at most half right), "
+        True, description="prune: also take the current skill's lowest task type on val (at most half right), "
                            "remove each line (and clause) of the skill in turn on its failed val items, and "
-                           "propose deleting the line whose removal lifts them, when that lift stands out.")
+                           "propose deleting the line whose removal lifts them, when that lift stands out (runs "
+                           "logged before it was the default read false).")
     repair: Literal["off", "ablate"] = Field(
         "ablate", description="ablate: when a candidate loses some task types while lifting others, remove its kept "
                            "edits one at a time on the lost types' items, drop those whose removal recovers them, "
@@ -128,11 +134,11 @@ class SkillConfig(Section):
         0.3, ge=0.0, le=1.0, description="repair ablate: a task type is repaired when the candidate's mean gate "
                                          "score on it is below the current skill's by more than this.")
     blocker_search: Literal["off", "step"] = Field(
-        "off", description="step: when a step's candidate does not beat the current skill and leaves a task type "
+        "step", description="step: when a step's candidate does not beat the current skill and leaves a task type "
                            "its edits were aimed at failing, remove each line (and clause) of the current skill from "
                            "the candidate in turn, roll it out on that type's failed val items, and gate the "
                            "candidate without the line whose removal lifts them, when that lift stands out "
-                           "(update_mode patch).")
+                           "(update_mode patch; not in mode bank; runs logged before it was the default read off).")
     blocker_items: int = Field(6, ge=1, description="blocker_search: the most failed items of the type each "
                                                      "ablation is rolled out on.")
     blocker_max_lines: int = Field(8, ge=1, description="blocker_search: the most lines of the current skill "
@@ -143,7 +149,7 @@ class SkillConfig(Section):
                            "it out on a few failures its analysts were shown, of the types their summary names, and "
                            "on one solved item of another type; only the edits that win back more than half the "
                            "failures of one type, net, and gain overall compete for the budget, by their gain, with "
-                           "no ranking call (update_mode patch).")
+                           "no ranking call (update_mode patch; not in mode bank).")
     edit_screen_items: int = Field(2, ge=1, description="edit_screen minibatch: the failures of each aimed type (at "
                                                         "most two types) an edit is tried on.")
     edit_screen_others: int = Field(1, ge=0, description="edit_screen minibatch: the items of other types, which "
@@ -344,6 +350,15 @@ class SkillConfig(Section):
     def _review_off(cls, value: Any) -> Any:
         return "off" if value is False else value  # `--set review=off` reads as YAML's false
 
+    @model_validator(mode="before")
+    @classmethod
+    def _bank_leaves_the_document_mechanisms_off(cls, data: Any) -> Any:
+        """In mode bank, the mechanisms that edit one document and are on by default (the blocker search, the
+        prune) read off unless the config names them (then the check below refuses them)."""
+        if isinstance(data, dict) and data.get("mode") == "bank":
+            data = {**{key: off for key, off in BANK_OFF.items() if key not in data}, **data}
+        return data
+
     @model_validator(mode="after")
     def _review_of_one_document(self) -> SkillConfig:
         if self.review != "off" and self.mode == "bank":
@@ -369,6 +384,7 @@ class SkillConfig(Section):
                                          ("lr_control", self.lr_control != "fixed"),
                                          ("update_mode", self.update_mode != "patch"),
                                          ("prune", self.prune != "off"),
+                                         ("prune_blockers", self.prune_blockers),
                                          ("blocker_search", self.blocker_search != "off"),
                                          ("edit_screen", self.edit_screen != "off"),
                                          ("parent_selection", self.parent_selection != "current")) if on]

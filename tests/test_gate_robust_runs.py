@@ -9,6 +9,7 @@ import json
 
 from click.testing import CliRunner
 from conftest import small_config
+from run_helpers import OLD_LOOP
 
 from skillstate.cli.main import cli
 from skillstate.engine.runner import lineage_events
@@ -30,8 +31,8 @@ def gates(db: str, run_id: str) -> list[dict]:
 
 def test_a_paired_run_completes_replays_verifies_and_forks_with_the_rule_changed(tmp_path):
     db = f"sqlite:///{tmp_path / 'p.db'}"
-    call("run", "--run-id", "base", "--epochs", "2", "-q", "--db", db)
-    call("run", "--run-id", "p", "--epochs", "2", "-q", "--set", "gate_rule=paired", "--set",
+    call("run", "--run-id", "base", "--epochs", "2", "-q", *OLD_LOOP, "--db", db)
+    call("run", "--run-id", "p", "--epochs", "2", "-q", *OLD_LOOP, "--set", "gate_rule=paired", "--set",
          "gate_type_margin=0.1", "--db", db)
     strict = gates(db, "base")
     assert strict and all(g["rule"] == "strict" and g["paired"] is None and g["type_guard"] is None for g in strict)

@@ -10,7 +10,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from run_helpers import call, kill_at_pause, log_of, start_driver, stored_events
+from run_helpers import OLD_LOOP, call, kill_at_pause, log_of, start_driver, stored_events
 
 from skillstate.cli.main import cli
 from skillstate.log.events import Edit
@@ -18,7 +18,7 @@ from skillstate.reading.audit import audit, verify
 from skillstate.skillopt.screen import edit_key
 from skillstate.storage.store import Store
 
-NOISY = ["--set", "sim.noise=moderate"]
+NOISY = ["--set", "sim.noise=moderate", *OLD_LOOP]
 PARETO = [*NOISY, "--set", "parent_selection=pareto"]
 
 

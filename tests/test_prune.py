@@ -28,7 +28,8 @@ from skillstate.skillopt.prune import NEAR_DUPLICATE, line_evidence, rule_deleti
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
-NOISY = ("--set", "sim.noise=moderate")
+# the prune alone (the other mechanisms on by default left off)
+NOISY = ("--set", "sim.noise=moderate", "--set", "blocker_search=off", "--set", "prune_blockers=false")
 
 
 def call(*args: str, code: int = 0) -> str:
@@ -166,13 +167,19 @@ def test_a_paired_run_prunes_through_the_paired_rule_and_the_length_penalty_is_i
     assert "reproduces all" in call("replay", "p", "--verify", "--db", db)
 
 
-def test_pruning_is_off_by_default_and_refused_in_bank_mode(tmp_path):
+def test_pruning_is_on_at_each_epochs_end_by_default_and_refused_in_bank_mode(tmp_path):
     db = f"sqlite:///{tmp_path / 'p.db'}"
     call("run", "--run-id", "d", "--epochs", "1", "-q", "--db", db)
-    assert not events(db, "d", "PruneProposed")
+    assert [p["after_step"] for p in events(db, "d", "PruneProposed")] == [3]  # the epoch's last step
     assert all(g["scores"]["length_cost"] == 0 for g in events(db, "d", "CandidateEvaluated"))
+    call("run", "--run-id", "off", "--epochs", "1", "-q", "--set", "prune=off", "--db", db)
+    assert not events(db, "off", "PruneProposed")
     res = CliRunner().invoke(cli, ["run", "--set", "mode=bank", "--set", "prune=epoch", "--db", db])
     assert res.exit_code == 2 and "prune does not apply" in res.output and "Traceback" not in res.output
+    call("run", "--run-id", "b", "--epochs", "1", "-q", "--set", "mode=bank", "--db", db)  # a bank leaves it off
+    started = events(db, "b", "RunStarted")[0]["config"]
+    assert (started["prune"], started["prune_blockers"], started["blocker_search"]) == ("off", False, "off")
+    assert not events(db, "b", "PruneProposed")
 
 
 # --- early reject stays exact with the length penalty -----------------------------------------------

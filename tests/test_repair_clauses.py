@@ -14,7 +14,7 @@ from html import unescape
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from run_helpers import call, log_of
+from run_helpers import OLD_LOOP, call, log_of
 from starlette.testclient import TestClient
 
 from skillstate.config import SkillConfig
@@ -168,7 +168,7 @@ def trimmed(tmp_path_factory):
     """A noisy run of 2 epochs with the repair by clauses: it leaves a clause out of an edit."""
     db = f"sqlite:///{tmp_path_factory.mktemp('clauses') / 'c.db'}"
     call("run", "--run-id", "c", "--epochs", "2", "-q", "--set", "sim.noise=moderate", "--set", f"seed={SEED}",
-         "--set", "drop_rejected_edits=0", "--db", db)
+         "--set", "drop_rejected_edits=0", *OLD_LOOP, "--db", db)
     return db
 
 

@@ -11,14 +11,14 @@ import json
 from html import unescape
 
 import pytest
-from run_helpers import call, kill_at_pause, log_of, start_driver, stored_events
+from run_helpers import OLD_LOOP, call, kill_at_pause, log_of, start_driver, stored_events
 from starlette.testclient import TestClient
 
 from skillstate.dashboard.app import create_app
 from skillstate.reading.audit import audit, verify
 from skillstate.storage.store import Store
 
-NOISY = ["--set", "sim.noise=moderate"]
+NOISY = ["--set", "sim.noise=moderate", *OLD_LOOP]
 REPAIR = [*NOISY, "--set", "repair=ablate", "--set", "drop_rejected_edits=0",  # the paths these tests read
           "--set", "repair_clauses=false"]  # whole edits only (clauses: test_repair_clauses.py)
 TIMEOUT = 120.0

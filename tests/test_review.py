@@ -10,6 +10,7 @@ import time
 import pytest
 from click.testing import CliRunner
 from conftest import small_config
+from run_helpers import OLD_LOOP
 
 from skillstate.cli.main import cli
 from skillstate.config import SkillConfig, stored_config
@@ -23,7 +24,7 @@ from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
 # 3 steps, no test split at the end: a review run of a second or two
-FAST = ["--epochs", "1", "--set", "eval_test=false"]
+FAST = ["--epochs", "1", "--set", "eval_test=false", *OLD_LOOP]
 
 
 def fast(**kw) -> SkillConfig:

@@ -57,7 +57,11 @@ BACKENDS_PG_SLOW = ["sqlite", pytest.param("postgresql", marks=[needs_pg, slow])
 
 # `skillstate run --epochs 1` with the sim backend: 3 steps, 49 events (each step's repair has its own, and step 2's
 # repair drops an edit: the repaired candidate is built and evaluated, events 30 and 31), 565 calls.
-RUN_ARGS = ["--epochs", "1", "-q"]
+# The points below were chosen on the loop without the mechanisms against blocking lines (on by default since);
+# test_kill9_in_the_default_loops_prune covers those.
+RUN_ARGS = ["--epochs", "1", "-q", "--set", "blocker_search=off", "--set", "prune=off", "--set",
+            "prune_blockers=false"]
+DEFAULT_ARGS = ["--epochs", "1", "-q"]
 TIMEOUT = 180.0
 
 
@@ -184,22 +188,32 @@ def lease_holders(store: Store, run_id: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory):
-    """An uninterrupted `skillstate run --run-id k --epochs 1`: its (type, payload) list and hashes."""
+    """An uninterrupted `skillstate run --run-id k --epochs 1` (RUN_ARGS): its (type, payload) list and hashes."""
+    return clean_run(tmp_path_factory, RUN_ARGS, 49)
+
+
+@pytest.fixture(scope="module")
+def clean_defaults(tmp_path_factory):
+    """The same with every default (the blocker search and the prune on)."""
+    return clean_run(tmp_path_factory, DEFAULT_ARGS, None)
+
+
+def clean_run(tmp_path_factory, args: list[str], count: int | None) -> dict:
     path = tmp_path_factory.mktemp("clean")
     url = f"sqlite:///{path / 'clean.db'}"
-    res = subprocess.run([sys.executable, str(DRIVER), "run", "--run-id", "k", *RUN_ARGS, "--db", url],
+    res = subprocess.run([sys.executable, str(DRIVER), "run", "--run-id", "k", *args, "--db", url],
                          cwd=str(path), capture_output=True, text=True, timeout=TIMEOUT, check=False)
     assert res.returncode == 0, res.stderr
     store = Store(url)
     try:
         stored = store.read_events("k")
         log = [(s.type, s.payload) for s in stored]
-        assert len(log) == 49 and log[-1][0] == "RunCompleted"
+        assert (count is None or len(log) == count) and log[-1][0] == "RunCompleted"
         assert not duplicate_ok_calls(store, "k")  # the baseline for the check after a crash
         requests = referenced_requests(store, "k")
     finally:
         store.close()
-    return {"log": log, "hashes": [s.hash for s in stored], "requests": requests}
+    return {"log": log, "hashes": [s.hash for s in stored], "requests": requests, "args": args}
 
 
 def referenced_requests(store: Store, run_id: str) -> set[str]:
@@ -270,7 +284,7 @@ def kill_and_resume(procs, url: str, clean, *, events: int | None = None, calls:
         finally:
             store.close()
 
-    first = start("driver", ["run", "--run-id", run_id, *RUN_ARGS], events, calls)
+    first = start("driver", ["run", "--run-id", run_id, *clean["args"]], events, calls)
     crash(first, events, calls, poll_events)
     resume_args = ["resume", run_id, "-q"]
     if second is not None:
@@ -310,6 +324,14 @@ def test_kill9_mid_stage_then_resume_equals_the_uninterrupted_run(procs, dbs, cl
 def test_kill9_when_the_database_shows_n_events(procs, dbs, clean):
     """No pause point: the test sees the count in the database and kills at once."""
     kill_and_resume(procs, dbs.new(), clean, poll_events=20)
+
+
+def test_kill9_in_the_default_loops_prune_then_resume_equals_the_uninterrupted_run(procs, dbs, clean_defaults):
+    """Killed between the prune's proposal and its decision in a run on every default (the prune at the epoch's
+    end, with its test of the lowest type)."""
+    kinds = [kind for kind, _ in clean_defaults["log"]]
+    assert "PruneProposed" in kinds
+    kill_and_resume(procs, dbs.new(), clean_defaults, events=kinds.index("PruneProposed") + 1)
 
 
 @needs_pg

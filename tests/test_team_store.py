@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import PG_ENV, Databases, small_config
+from conftest import DEFAULT_LOOP, PG_ENV, Databases, small_config
 from sqlalchemy import distinct, func, insert, select, update
 from test_sweep import Proc
 
@@ -43,7 +43,7 @@ PG_BASE = os.environ.get(PG_ENV)
 needs_pg = pytest.mark.skipif(not PG_BASE, reason=f"{PG_ENV} is not set")
 slow = pytest.mark.slow
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=needs_pg)]
-RUN_ARGS = ["--epochs", "1", "-q"]  # 3 steps, 49 events
+RUN_ARGS = ["--epochs", "1", "-q"]  # 3 steps, 51 events (on every default)
 TIMEOUT = 180.0
 BUSY = "is being driven by another process"
 
@@ -137,7 +137,7 @@ def clean(tmp_path_factory):
     store = Store(url)
     try:
         stored = store.read_events("k")
-        assert len(stored) == 49
+        assert len(stored) == 51
         return {"log": [(s.type, s.payload) for s in stored], "hashes": [s.hash for s in stored]}
     finally:
         store.close()
@@ -210,7 +210,8 @@ def test_drivers_on_several_machines_released_at_once_one_per_run(dbs, drivers):
     url = dbs.new()
     store = Store(url)
     try:
-        Trainer(small_config(num_epochs=1), store=store, run_id="s").prepare()  # created, not driven yet
+        # created, not driven yet; on every default, as `run` makes the other two
+        Trainer(small_config(num_epochs=1, **DEFAULT_LOOP), store=store, run_id="s").prepare()
     finally:
         store.close()
     start_at = time.time() + 3.0  # after every process has imported everything
@@ -230,7 +231,7 @@ def test_drivers_on_several_machines_released_at_once_one_per_run(dbs, drivers):
     try:
         logs = {}
         for run_id in ("s", "o0", "o1"):
-            assert seq_check(url, run_id) == (49, 49, 1, 49)
+            assert seq_check(url, run_id) == (51, 51, 1, 51)
             assert audit(store, run_id).ok, audit(store, run_id).problems
             assert paid_twice(store, run_id) == []
             logs[run_id] = [(s.type, s.payload) for s in store.read_events(run_id)]
@@ -266,7 +267,7 @@ def kill_on_one_machine_resume_on_another(url: str, drivers, clean, ttl: float) 
         stored = store.read_events("k")
         assert [(s.type, s.payload) for s in stored] == clean["log"]
         assert [s.hash for s in stored] == clean["hashes"]
-        assert seq_check(url, "k") == (49, 49, 1, 49)
+        assert seq_check(url, "k") == (51, 51, 1, 51)
         assert paid_twice(store, "k") == []
         assert audit(store, "k").ok
         assert verify(store, "k").ok
@@ -327,7 +328,7 @@ def test_the_load_test_with_two_runs_and_a_poller(tmp_path):
                          cwd=str(tmp_path), capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     report = json.loads(res.stdout)
-    assert report["ok"] and report["runs"] == 2 and report["events"] == 2 * report["reference_events"] == 98
+    assert report["ok"] and report["runs"] == 2 and report["events"] == 2 * report["reference_events"] == 102
     assert all(r["contiguous"] and r["equals_reference"] and r["audit_ok"] and r["paid_twice"] == 0
                for r in report["per_run"])
     assert report["poller"]["runs listing (library)"]["n"] > 0

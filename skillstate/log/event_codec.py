@@ -157,9 +157,12 @@ def _v10_bank(payload: dict[str, Any]) -> dict[str, Any]:
 
 def _v11_selection(payload: dict[str, Any]) -> dict[str, Any]:
     """Runs written before RunStarted v12 (RunForked v10) selected a directory's edits one by one, whatever links
-    they left pointing at nothing: a config without the key meant `keep_links_whole` off."""
+    they left pointing at nothing, and had neither the blocker search nor the prune (with its test of the lowest
+    type) on by default: a config without the keys meant them off."""
     config = dict(payload.get("config", {}))
-    config.setdefault("keep_links_whole", False)
+    for key, value in (("keep_links_whole", False), ("blocker_search", "off"), ("prune", "off"),
+                       ("prune_blockers", False)):
+        config.setdefault(key, value)
     return {**payload, "config": config}
 
 
