@@ -120,7 +120,7 @@ def event_summary(ev: Event) -> str:
     if isinstance(ev, RunCompleted):
         return f"best {fmt(ev.best_score)} at step {ev.best_step}"
     if isinstance(ev, PruneProposed):
-        return (f"after step {ev.after_step}: {len(ev.lines)} lines to delete "
+        return (f"after step {ev.after_step}: {len(ev.lines)} line{'' if len(ev.lines) == 1 else 's'} to delete "
                 f"({', '.join(sorted({r for p in ev.lines for r in p.reasons})) or 'none'}; optimizer {ev.status})")
     if isinstance(ev, PruneDecided):
         return f"after step {ev.after_step}: {ev.decision}: {ev.reason}"

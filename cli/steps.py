@@ -53,8 +53,11 @@ def step_text(d: dict[str, Any], width: int | None = None) -> str:
                              f"({lr['status']}{', asked ' + lr['requested'] if lr['requested'] else ''})", width))
     if "selected" in d:
         s = d["selected"]
-        lines.append(f"selected ({s['method']}, budget {s['budget']}): {len(s['edits'])} of {s['candidates']}"
-                     + (f", {len(s['dropped'])} dropped before selection" if s["dropped"] else ""))
+        paired = s.get("paired") or []
+        lines.extend(wrapped(f"selected ({s['method']}, budget {s['budget']}): {len(s['edits'])} of {s['candidates']}"
+                             + (f", {len(s['dropped'])} left out" if s["dropped"] else "")
+                             + (f", {len(paired)} kept with the link to {'them' if len(paired) > 1 else 'it'}"
+                                if paired else ""), width))
         for dr in s["dropped"]:
             what = dr.get("content") or dr.get("target") or ""
             lines.append(clip(f"  dropped ({dr['reason'].replace('_', ' ')}): {dr.get('op', '')} {what}", width))

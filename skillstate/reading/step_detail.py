@@ -87,7 +87,8 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
                                          for e in ev.edits],
                                "dropped": [{"index": d.index, "reason": d.reason,
                                             **(merged[d.index] if d.index < len(merged) else {})}
-                                           for d in ev.dropped]}
+                                           for d in ev.dropped],
+                               **({"paired": ev.paired} if ev.paired else {})}
         elif isinstance(ev, LearningRateChosen):
             out["learning_rate"] = {"chosen": ev.chosen, "candidates": ev.candidates, "status": ev.status,
                                     "requested": ev.requested, "reasoning": ev.reasoning}
