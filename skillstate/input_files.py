@@ -39,3 +39,16 @@ def read_input_bytes(path: str | Path) -> bytes:
 def read_input_text(path: str | Path, encoding: str = "utf-8") -> str:
     """The text of a regular file (`UnicodeDecodeError` if it is not `encoding`)."""
     return read_input_bytes(path).decode(encoding)
+
+
+def split_file(base: Path, split: str) -> Path:
+    """The file of split `split` in data directory `base`: SPLIT.jsonl or SPLIT.json. A `DataError` when both
+    exist or neither does."""
+    from skillstate.errors import DataError
+
+    found = [base / f"{split}{suffix}" for suffix in (".jsonl", ".json") if (base / f"{split}{suffix}").exists()]
+    if len(found) > 1:
+        raise DataError(f"{base}: both {split}.jsonl and {split}.json exist; keep one of them")
+    if not found:
+        raise DataError(f"{base}: missing {split}.jsonl")
+    return found[0]

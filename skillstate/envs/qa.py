@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from skillstate.envs.base import Complete, RolloutOutcome, SkillEnv
 from skillstate.errors import DataError
-from skillstate.input_files import read_input_text
+from skillstate.input_files import read_input_text, split_file
 from skillstate.prompts import render
 
 DEFAULT_SKILL = """# Question answering
@@ -159,12 +159,7 @@ def load_dataset_dir(path: str | Path, splits: list[str],
         raise DataError(f"data directory {base} does not exist")
     out: dict[str, list[dict[str, Any]]] = {}
     for split in splits:
-        found = [base / f"{split}{suffix}" for suffix in (".jsonl", ".json") if (base / f"{split}{suffix}").exists()]
-        if len(found) > 1:
-            raise DataError(f"{base}: both {split}.jsonl and {split}.json exist; keep one of them")
-        if not found:
-            raise DataError(f"{base}: missing {split}.jsonl")
-        out[split] = _read_items(found[0], model)
+        out[split] = _read_items(split_file(base, split), model)
     ids = Counter(item["id"] for items in out.values() for item in items)
     dup = next((i for i, c in ids.items() if c > 1), None)
     if dup is not None:

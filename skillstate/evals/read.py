@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict
 
 from skillstate.errors import DataError
 from skillstate.evals.assertions import Assertion, AssertionSpecError, json_kind, parse_assertion, resolve_inside
-from skillstate.input_files import read_input_text
+from skillstate.input_files import read_input_text, split_file
 
 EVALS_FILE = "evals/evals.json"
 # skill-creator leaves the trigger eval set's name to the author (its review page saves eval_set.json);
@@ -341,12 +341,7 @@ def read_eval_data_dir(path: str | Path, splits: Sequence[str] = DATA_SPLITS) ->
     seen: dict[str, str] = {}
     out: dict[str, tuple[EvalItem, ...]] = {}
     for split in splits:
-        found = [base / f"{split}{suffix}" for suffix in (".jsonl", ".json") if (base / f"{split}{suffix}").exists()]
-        if len(found) > 1:
-            raise DataError(f"{base}: both {split}.jsonl and {split}.json exist; keep one of them")
-        if not found:
-            raise DataError(f"{base}: missing {split}.jsonl")
-        file = found[0]
+        file = split_file(base, split)
         entries = _load_jsonl(file) if file.suffix == ".jsonl" else _entries(file, _load_json(file), "eval items")
         out[split] = _items(file, entries, base, seen=seen)
     return out

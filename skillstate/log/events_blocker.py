@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from skillstate.log.events import Edit, Event, ItemResult, Usage, usage_of
+from skillstate.log.events import Edit, Event, ItemResult, Usage
+from skillstate.log.events_repair import ablation_refs, ablation_usage
 from skillstate.log.values import Frozen
 
 
@@ -44,10 +45,7 @@ class BlockerSearched(Event):
     reason: str = ""
 
     def blob_refs(self) -> list[str]:
-        refs = [self.candidate_skill] + ([self.skill] if self.skill else [])
-        for a in self.ablations:
-            refs += [a.skill, *(r.trajectory for r in a.results if r.trajectory)]
-        return refs
+        return ablation_refs(self.candidate_skill, self.skill, self.ablations)
 
     def usage(self) -> dict[str, Usage]:
-        return usage_of([c for a in self.ablations for r in a.results for c in r.all_calls()])
+        return ablation_usage(self.ablations)

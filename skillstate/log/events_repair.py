@@ -4,10 +4,34 @@ edits dropped. Registered with the others in `skillstate.log.event_codec`."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import ClassVar, Protocol
 
 from skillstate.log.events import Edit, Event, ItemResult, Usage, usage_of
 from skillstate.log.values import Frozen
+
+
+class Ablated(Protocol):
+    """An ablation of an edit or of a line: the skill without it, and its rollouts."""
+
+    @property
+    def skill(self) -> str: ...
+
+    @property
+    def results(self) -> list[ItemResult]: ...
+
+
+def ablation_refs(candidate: str, found: str | None, ablations: Sequence[Ablated]) -> list[str]:
+    """The blobs an ablation event names: the candidate, the skill it found (if any), and each ablation's skill
+    and trajectories."""
+    refs = [candidate] + ([found] if found else [])
+    for a in ablations:
+        refs += [a.skill, *(r.trajectory for r in a.results if r.trajectory)]
+    return refs
+
+
+def ablation_usage(ablations: Sequence[Ablated]) -> dict[str, Usage]:
+    return usage_of([c for a in ablations for r in a.results for c in r.all_calls()])
 
 
 class EditAblation(Frozen):
@@ -49,10 +73,7 @@ class EditsAblated(Event):
     reason: str = ""
 
     def blob_refs(self) -> list[str]:
-        refs = [self.candidate_skill] + ([self.skill] if self.skill else [])
-        for a in self.ablations:
-            refs += [a.skill, *(r.trajectory for r in a.results if r.trajectory)]
-        return refs
+        return ablation_refs(self.candidate_skill, self.skill, self.ablations)
 
     def usage(self) -> dict[str, Usage]:
-        return usage_of([c for a in self.ablations for r in a.results for c in r.all_calls()])
+        return ablation_usage(self.ablations)
