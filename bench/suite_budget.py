@@ -7,8 +7,8 @@ It prints the slowest tests (setup, call and teardown together, as the report co
 and exits 1 when a test takes longer than `--per-test` seconds or the tests together take longer than `--total`
 seconds (summed over the workers, so the figure does not depend on how many ran at once). `.ci/run` runs it on
 the report of the README's `pytest`, so a change that makes the suite slow fails CI where it happens. The
-budgets are about three times what the suite takes on a quiet 2-core machine (the slowest test about 40 s,
-the tests together about 1,150 s with 3 workers), so load alone does not trip them.
+budgets are two to three times what the suite takes on a quiet 2-core machine (the slowest test about 40 s,
+the tests together about 1,600 s with 3 workers), so load alone does not trip them.
 """
 
 from __future__ import annotations
