@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skillstate.evals import AssertionResult, EvalItem, grade, parse_assertion, scores
-from skillstate.evals.assertions import AssertionSpecError, python_result
+from skillstate.evals.assertions import python_result
+from skillstate.evals.spec import AssertionSpecError
 
 SETTINGS = settings(max_examples=150, deadline=None)
 

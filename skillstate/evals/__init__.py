@@ -1,20 +1,11 @@
-"""An Agent Skill's own evals: reading them (`read`), splitting them into train, val and test
-(`split`) and the deterministic graders of their typed assertions (`assertions`).
+"""An Agent Skill's own evals: reading them (`read`, with their typed assertions checked by `spec`),
+splitting them into train, val and test (`split`) and the deterministic graders (`assertions`).
 
 A pure library layer: it reads files and grades text, and calls no model and runs no environment.
 Expectations and `llm-rubric` assertions are left for a judge, `command` assertions for a workspace.
 """
 
-from skillstate.evals.assertions import (
-    KNOWN_TYPES,
-    Assertion,
-    AssertionResult,
-    AssertionSpecError,
-    Graded,
-    grade,
-    parse_assertion,
-    scores,
-)
+from skillstate.evals.assertions import AssertionResult, Graded, grade, scores
 from skillstate.evals.read import (
     EVALS_FILE,
     TRIGGER_FILES,
@@ -29,6 +20,7 @@ from skillstate.evals.read import (
     read_skill_evals,
     read_trigger_evals,
 )
+from skillstate.evals.spec import KNOWN_TYPES, Assertion, AssertionSpecError, parse_assertion
 from skillstate.evals.split import DEFAULT_SIZES, Splits, split_evals, split_sizes
 
 __all__ = [

@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from skillstate.errors import DataError
-from skillstate.evals.assertions import Assertion, AssertionSpecError, json_kind, parse_assertion, resolve_inside
+from skillstate.evals.spec import Assertion, AssertionSpecError, json_kind, parse_assertion, resolve_inside
 from skillstate.input_files import read_input_text, split_file
 
 EVALS_FILE = "evals/evals.json"
