@@ -37,12 +37,20 @@ import socketserver
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from skillstate.envs.workspace.harness import MAX_DEPTH, nesting, plain_text
+from skillstate.envs.workspace.proxy.bounds import (
+    BoundedServer,
+    DeadlineReader,
+    Expired,
+    ProxyLimits,
+    TCPServer,
+    TooLarge,
+    UnixServer,
+)
 from skillstate.envs.workspace.proxy.protocols import (
     CHAT,
     MESSAGES,
@@ -65,17 +73,6 @@ MAX_OPEN_REQUESTS = 8  # requests one agent may have open at once (they are answ
 LINGER_BYTES = 64 * MB  # what is read and dropped of a refused request's body, so that its answer is not lost
 
 
-@dataclass(frozen=True)
-class ProxyLimits:
-    """What one agent may take of the driver through its proxy (the body's size is `AgentProxy`'s max_body)."""
-
-    connections: int = 32  # open at once (an agent CLI opens a few); past it: 503, closed, no thread started
-    header_bytes: int = 64 * 1024  # a request's line and headers (an agent's are a few KB); past it: 431
-    header_seconds: float = 30.0  # from the connection to the end of the headers; past it: 408
-    body_seconds: float = 120.0  # to read a body (16 MB over the loopback takes milliseconds); past it: 408
-    send_seconds: float = 60.0  # for the agent to take an answer; past it, the connection is dropped
-    linger_seconds: float = 2.0  # reading what remains of a refused request before the connection is closed
-
 Complete = Callable[..., CallResult]
 R = TypeVar("R")
 _WORD = re.compile(rb"\S+")
@@ -91,100 +88,6 @@ def route(path: str) -> str | None:
     if clean.endswith("/messages"):
         return MESSAGES
     return None
-
-
-class _Expired(Exception):
-    """The time to read a request's head, or its body, is up."""
-
-
-class _TooLarge(Exception):
-    """A request's head is past `header_bytes`."""
-
-
-class _Reader(io.RawIOBase):
-    """A connection's read side, for a buffered reader: each read waits no later than the deadline of what
-    is being read (the request's head, then its body), and the head is read up to `allowance` bytes."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self.deadline = time.monotonic()
-        self.allowance: int | None = None
-
-    def readable(self) -> bool:
-        return True
-
-    def expect(self, seconds: float, allowance: int | None = None) -> None:
-        """What comes next must be in within `seconds` (and `allowance` bytes, if given)."""
-        self.deadline, self.allowance = time.monotonic() + seconds, allowance
-
-    def readinto(self, buffer: Any) -> int:
-        if self.allowance is not None and self.allowance <= 0:
-            raise _TooLarge
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise _Expired
-        view = memoryview(buffer).cast("B")
-        if self.allowance is not None:
-            view = view[:self.allowance]
-        self.sock.settimeout(left)
-        try:
-            n = self.sock.recv_into(view)
-        except TimeoutError:
-            raise _Expired from None
-        if self.allowance is not None:
-            self.allowance -= n
-        return n
-
-
-def _busy(sock: socket.socket) -> None:
-    """Answer a connection past the bound 503 without waiting on it (the answer fits the socket's buffer)."""
-    data = json.dumps({"error": {"message": "too many connections at once", "type": "overloaded_error"}}).encode()
-    head = (f"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(data)}"
-            "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
-    try:
-        sock.setblocking(False)
-        sock.send(head + data)
-    except OSError:
-        pass
-
-
-class _Bounded(socketserver.ThreadingMixIn):
-    """A threading server that serves at most `slots` connections at once: one more is answered 503 and
-    closed in the accept path, where no thread is started for it. Nothing a client does prints anything."""
-
-    daemon_threads = True
-    request_queue_size = 1024  # the listen backlog: a burst of connections waits to be accepted, none is dropped
-    slots: threading.BoundedSemaphore
-    failed = 0  # connections whose handling raised (the agent's own doing is handled before that)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            _busy(request)
-            cast(socketserver.BaseServer, self).shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:  # no thread started: the slot is free again (the caller closes the connection)
-            self.slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """socketserver prints a traceback here; a connection that failed is counted and closed."""
-        self.failed += 1
-
-
-class _UnixServer(_Bounded, socketserver.UnixStreamServer):
-    pass
-
-
-class _TCPServer(_Bounded, HTTPServer):
-    pass
 
 
 class AgentProxy:
@@ -214,13 +117,13 @@ class AgentProxy:
         self._asked: queue.Queue[tuple[str, Any, list[Any], threading.Event]] = queue.Queue()
         self._open = True
         handler = self._handler()
-        server: _UnixServer | _TCPServer
+        server: UnixServer | TCPServer
         if unix_path is not None:
             self.unix_path: Path | None = unix_path
-            server = _UnixServer(str(unix_path), handler)
+            server = UnixServer(str(unix_path), handler)
         else:
             self.unix_path = None
-            server = _TCPServer(("127.0.0.1", 0), handler)
+            server = TCPServer(("127.0.0.1", 0), handler)
         server.slots = threading.BoundedSemaphore(self.limits.connections)
         self.httpd: socketserver.BaseServer = server
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="agent-proxy", daemon=True)
@@ -228,7 +131,7 @@ class AgentProxy:
     @property
     def failed_connections(self) -> int:
         """Connections whose handling raised something other than the agent's own doing (none, but for a bug)."""
-        return cast(_Bounded, self.httpd).failed
+        return cast(BoundedServer, self.httpd).failed
 
     @property
     def base_url(self) -> str:
@@ -343,12 +246,12 @@ class AgentProxy:
             """One connection (one request: the answers are HTTP/1.0, so the connection closes after it). Every
             write is guarded: an agent that hung up, or stopped reading, only loses its answer."""
 
-            reader: _Reader
+            reader: DeadlineReader
 
             def setup(self) -> None:
                 super().setup()
                 self.rfile.close()  # the socket file's reader: replaced by one with deadlines
-                self.reader = _Reader(self.connection)
+                self.reader = DeadlineReader(self.connection)
                 self.rfile = io.BufferedReader(self.reader)
 
             def handle_one_request(self) -> None:
@@ -357,9 +260,9 @@ class AgentProxy:
                 self.requestline, self.request_version, self.command, self.path = "", "HTTP/1.0", "", ""
                 try:
                     super().handle_one_request()
-                except _TooLarge:
+                except TooLarge:
                     self._refuse(431, "the request's headers are too large", linger=True)
-                except _Expired:
+                except Expired:
                     self._refuse(408, "the request took too long to arrive", linger=False)
                 except OSError:  # the agent hung up, or its connection broke: nobody to answer
                     self.close_connection = True
