@@ -24,20 +24,20 @@ from skillstate.reading.audit import head
 from skillstate.reading.curves import run_curves
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
+from skillstate.util import install_hint
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # before mlflow is imported: nothing goes out
 # mlflow is imported by the tests that use it, not here: importing it takes seconds, and every test
 # worker collects this module
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="the mlflow extra is not installed")
+pytestmark = [pytest.mark.skipif(importlib.util.find_spec("mlflow") is None,
+                                 reason="the mlflow extra is not installed"),
+              pytest.mark.filterwarnings("ignore::DeprecationWarning")]  # MLflow's own use of SQLAlchemy
 
 
 def MlflowClient(**kw):  # noqa: N802 (mlflow's client, imported when a test first asks for it)
     from mlflow import MlflowClient as client
 
     return client(**kw)
-from skillstate.util import install_hint  # noqa: E402
-
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # MLflow's own use of SQLAlchemy
 
 
 @pytest.fixture(scope="module")
