@@ -23,9 +23,12 @@ from skillstate.util import check_run_id
 
 
 @cli.command("eval")
-@click.option("--skill", "skill_file", required=True, type=click.Path(),
+@click.option("--skill", "skill_file", type=click.Path(),
               help="The skill to score: markdown, an Agent Skills directory or archive (its SKILL.md), or a "
                    "skill bank (skillstate's or SkillRL's bank JSON: scored in mode bank).")
+@click.option("--without-skill", is_flag=True,
+              help="Score the target with no skill at all (a skill directory given with --skill still gives its "
+                   "evals): what a skill adds is measured against this.")
 @click.option("--split", default="test", show_default=True, help="train, val or test.")
 @click.option("--data", type=click.Path(), help="Dataset directory (train/val/test .jsonl); default with "
                                                   "backend sim: the bundled simulated world.")
@@ -42,8 +45,8 @@ from skillstate.util import check_run_id
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @json_events_option
 @db_option
-def evaluate(skill_file, split, data, env_name, backend, model, base_url, config_file, samples, assignments, run_id,
-             quiet, as_json, json_events, db) -> None:
+def evaluate(skill_file, without_skill, split, data, env_name, backend, model, base_url, config_file, samples,
+             assignments, run_id, quiet, as_json, json_events, db) -> None:
     """Score a skill file on a split, with results per task type. The
     evaluation is recorded as a run of its own (kind eval), so it shows in
     `skillstate runs` and can be audited and verified like any run.
@@ -55,6 +58,7 @@ def evaluate(skill_file, split, data, env_name, backend, model, base_url, config
         skillstate eval --skill my_skill.md --split val --data examples/qa
         skillstate eval --skill my_skill.md --backend openai --model gpt-4o-mini --data examples/qa
         skillstate eval --skill agent.md --env sql --split val
+        skillstate eval --skill examples/skills/meeting-notes --without-skill   # a skill's evals, no skill
     """
     from skillstate.cli.live import JsonEvents, reporter
     from skillstate.cli.render import summary_text
@@ -63,7 +67,9 @@ def evaluate(skill_file, split, data, env_name, backend, model, base_url, config
     from skillstate.trainer import evaluate_skill
 
     check_outputs(as_json, json_events)
-    overrides: dict[str, Any] = {"initial_skill": skill_file}
+    if skill_file is None and not without_skill:
+        raise UserError("eval needs a skill: pass --skill FILE (or --without-skill to score the target alone)")
+    overrides: dict[str, Any] = {"initial_skill": skill_file} if skill_file is not None else {}
     flags = {"data": data, "env": env_name, "backend": backend, "target.model": model, "target.base_url": base_url,
              "samples": samples}
     overrides.update({k: v for k, v in flags.items() if v is not None})
@@ -71,21 +77,22 @@ def evaluate(skill_file, split, data, env_name, backend, model, base_url, config
     overrides.update(sets)
     if run_id is not None:
         check_run_id(run_id)
-    text = _require_text(skill_file)
+    text = _require_text(skill_file) if skill_file is not None and not without_skill else None
     if text is not None:  # a bank file (skillstate's or SkillRL's bank JSON) is scored in mode bank
         from skillstate.bank.skillrl_format import mode_for_skill_file
         from skillstate.config_sources import load_config_file
 
         explicit = sets.get("mode") or (load_config_file(config_file).get("mode") if config_file else None)
         overrides["mode"] = mode_for_skill_file(text, skill_file, explicit)
-    config = config_with_backend(config_file, overrides, roles=("target",))
+    config = config_with_backend(config_file, overrides, roles=("target", "judge"))
     store = open_store(db)
     events = JsonEvents(store) if json_events else None
     progress = reporter(quiet=quiet, as_json=as_json, events=events)
     run_id = run_id or new_run_id("eval")  # known here, so that Ctrl-C can name it
     try:
         with caught_interrupts(), progress:
-            result = evaluate_skill(config, split, store=store, run_id=run_id, on_progress=progress)
+            result = evaluate_skill(config, split, store=store, run_id=run_id, on_progress=progress,
+                                    without_skill=without_skill)
     except KeyboardInterrupt:
         if store.get_run(run_id) is None:
             raise Stopped("interrupted before the evaluation run was created; nothing was written",

@@ -31,8 +31,11 @@ from skillstate.errors import UserError
 @click.option("--format", "fmt", type=click.Choice(["skillrl"]),
               help="A bank run's bank in SkillRL's own bank JSON (general_skills, task_specific_skills, "
                    "common_mistakes) instead of skillstate's.")
+@click.option("--grading", "grading_dir", type=click.Path(file_okay=False),
+              help="Also write the run's test gradings (env evals) in skill-creator's layout: "
+                   "DIR/eval-ID/with_skill|old_skill|without_skill/grading.json and outputs/output.md.")
 @db_option
-def export(run_id, step, best, output, into, force, fmt, db) -> None:
+def export(run_id, step, best, output, into, force, fmt, grading_dir, db) -> None:
     """Print (or write) a skill as markdown, or write it as an Agent Skill
     that installs as is. Without --step: the run's best skill; with --step N:
     the current skill after step N (with --best, the best one up to step N).
@@ -49,11 +52,16 @@ def export(run_id, step, best, output, into, force, fmt, db) -> None:
         skillstate export --into .claude/skills
         skillstate export -o my-skill.skill
         skillstate export bank-run --format skillrl -o skillrl_bank.json
+        skillstate export --into skills --grading review   # a skill trained on its evals, and its gradings
     """
     from skillstate.reading.history import skill_at
     from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
+    if grading_dir is not None:
+        _export_grading(store, run_id, grading_dir)
+        if not (output or into or fmt):  # the gradings alone
+            return
     if fmt is None and (into or (output and output.lower().endswith((".skill", ".zip")))):
         _export_tree(store, run_id, step_arg(step), best, output, into, force)
         return
@@ -81,6 +89,22 @@ def export(run_id, step, best, output, into, force, fmt, db) -> None:
         click.echo(f"wrote {output}: {what}")  # every write says what it wrote, and where
     else:
         click.echo(text, nl=not text.endswith("\n"))
+
+
+def _export_grading(store, run_id, folder) -> None:
+    from skillstate.exports.grading import grading_files
+
+    rid, files = grading_files(store, run_id)
+    base = Path(folder).expanduser()
+    try:
+        for name, text in files.items():
+            path = base / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"cannot write {err.filename or folder}: {err.strerror or err}") from None
+    gradings = sum(1 for name in files if name.endswith("grading.json"))
+    click.echo(f"wrote {base}: {_count(gradings, 'grading')} of run {rid} in skill-creator's layout")
 
 
 def _which(rid: str, step: int | None, best: bool) -> str:

@@ -193,7 +193,8 @@ class LiveProgress:
 
 
 # A stage's bar is named as its line is ("eval", "test", "lr", ...), not by the engine's name for the stage.
-STAGE_LABELS = {"eval_skill": "eval", "test_baseline": "test", "test_best": "test", "learning_rate": "lr",
+STAGE_LABELS = {"eval_skill": "eval", "test_baseline": "test", "test_best": "test", "test_no_skill": "test",
+                "learning_rate": "lr",
                 "seed_bank": "import", "validate_bank": "validate", "prune_propose": "prune",
                 "prune_decide": "prune", "final_validate": "final", "final_score": "final", "final_select": "final",
                 "epoch_compare": "epoch end", "slow_update": "epoch end", "slow_update_decide": "epoch end",

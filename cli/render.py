@@ -283,6 +283,8 @@ def summary_text(s: dict[str, Any], width: int | None = None) -> str:
     lines.append("")
     test = s["test"]
     rows = []
+    if "no_skill" in test:  # env evals: the target with no skill at all
+        rows.append(["no skill", "-", fmt(test["no_skill"]["hard"]), fmt(test["no_skill"]["soft"])])
     for label, score, key in (("baseline", s["baseline_score"], "baseline"),
                               (f"best (step {s['best_step']})", s["best_score"], "best")):
         t = test.get(key, {})
@@ -300,11 +302,40 @@ def summary_text(s: dict[str, Any], width: int | None = None) -> str:
     lines.extend(unrecorded_lines(s["usage"], width))
     lines.extend(tool_use_lines(s, width))
     lines.extend(trigger_lines(s, width))
+    lines.extend(grading_lines(s.get("grading"), width))
     if s.get("cost"):
         lines.append("")
         lines.extend(cost_lines(s["cost"], width))
     lines.extend(failure_lines(s, width))
     return "\n".join(lines)
+
+
+def grading_lines(grading: dict[str, Any] | None, width: int | None = None) -> list[str]:
+    """Env evals: each check's pass rate on test per skill, and how far the judge agrees with itself and with
+    the deterministic assertions."""
+    if not grading or not grading["rows"]:
+        return []
+    from skillstate.reading.grading import TEST_LABELS
+
+    labels = grading["labels"]
+
+    def rate(found: list[int] | None) -> str:
+        return f"{found[0]}/{found[1]}" if found else "-"
+
+    rows = [[row["check"], row["kind"], *(rate(row["rates"].get(label)) for label in labels)]
+            for row in sorted(grading["rows"], key=lambda r: (r["kind"] != "expectation", r["check"]))]
+    lines = ["", *table_lines([Col("checks on test", shrink=True), Col("graded by"),
+                               *(Col(TEST_LABELS.get(label, label), num=True) for label in labels)], rows, width)]
+    agree = grading["agreement"]
+    parts = [f"judge: {grading['samples']} sample{'s' if grading['samples'] != 1 else ''} a verdict"]
+    if agree["samples"] is not None:
+        parts.append(f"samples agree on {agree['samples']:.0%} of {agree['statements_sampled']} statements")
+    if agree["assertions"] is not None:
+        parts.append(f"agrees with the assertions on {agree['assertions']:.0%} of {agree['items_with_both']} items")
+    if agree["judge_errors"]:
+        parts.append(f"{agree['judge_errors']} items whose judge reply could not be used")
+    lines.extend(wrapped("; ".join(parts), width))
+    return lines
 
 
 def usage_lines(usage: dict[str, Any], width: int | None = None) -> list[str]:

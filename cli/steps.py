@@ -37,6 +37,11 @@ def step_text(d: dict[str, Any], width: int | None = None) -> str:
                                      width, indent=2))
         if len(r["failures"]) > 8:
             lines.append(f"  ... {len(r['failures']) - 8} more failures")
+        if r.get("graded"):  # env evals: every check of every item, with its verdict and evidence
+            rows = [[g["item_id"], "pass" if c["passed"] else "FAIL" if c["passed"] is False else "-", c["text"],
+                     one_line(c["evidence"])] for g in r["graded"] for c in g["checks"]]
+            lines.extend(table_lines([Col("item", shrink=True), Col("verdict"), Col("check", shrink=True),
+                                      Col("evidence", shrink=True)], rows, width, indent=2))
     for p in d.get("patches", []):
         failed = f": {p['error']}" if p.get("error") else ""
         lines.extend(wrapped(f"patch {p['source']}#{p['minibatch']} ({len(p['items'])} items): {p['status']}{failed}",

@@ -23,10 +23,13 @@ if TYPE_CHECKING:
                    "built-in tasks, or --data).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="Play the environment of this run config (its env, env_config, data, seed and episode keys).")
+@click.option("--skill", "skill_dir", type=click.Path(), default=None,
+              help="Play a skill's own evals: a skill directory holding evals/evals.json (env evals, split by the "
+                   "config's seed); the server answers the target's and the judge's requests.")
 @click.option("--latency", type=float, default=0.0, show_default=True, metavar="SECONDS",
               help="Hold each chat completion back this long, like a hosted model's round trip; concurrent requests "
                    "wait in parallel, never in a queue.")
-def sim_server(port, data, env_name, config_file, latency) -> None:
+def sim_server(port, data, env_name, config_file, skill_dir, latency) -> None:
     """Serve the simulated world over an OpenAI-compatible API on 127.0.0.1,
     to try --backend openai offline. Stop with Ctrl-C.
 
@@ -42,7 +45,7 @@ def sim_server(port, data, env_name, config_file, latency) -> None:
         raise UserError(f"--port must be 0 to 65535 (0 picks a free port), got {port}")
     if not 0 <= latency <= 3600:
         raise UserError(f"--latency must be 0 to 3600 seconds, got {latency}")
-    world = sim_world_named(env_name, data, config_file)
+    world = sim_world_named(env_name, data, config_file, skill_dir)
     try:
         server = SimServer(world, port=port, latency=latency)
     except OSError as err:  # the port is taken, or not ours to bind
@@ -58,9 +61,11 @@ def sim_server(port, data, env_name, config_file, latency) -> None:
         server.httpd.server_close()
 
 
-def sim_world_named(env_name: str | None, data: str | None, config_file: str | None = None):
+def sim_world_named(env_name: str | None, data: str | None, config_file: str | None = None,
+                    skill_dir: str | None = None):
     """The sim world of an environment, on its built-in tasks or a dataset
-    directory; with a config file, the environment of that run config."""
+    directory; with a config file, the environment of that run config; with
+    `skill_dir`, the evals of that skill (env evals)."""
     from skillstate.config import SkillConfig, validate_config
     from skillstate.config_sources import load_config_file
     from skillstate.envs.registry import apply_settings, construct_env, env_settings, resolve_env
@@ -69,15 +74,20 @@ def sim_world_named(env_name: str | None, data: str | None, config_file: str | N
     from skillstate.sim.world import SimWorld, bundled_splits
 
     config = validate_config(load_config_file(config_file)) if config_file is not None else SkillConfig()
-    overrides = {k: v for k, v in (("env", env_name), ("data", data)) if v is not None}
+    overrides = {k: v for k, v in (("env", env_name), ("data", data), ("initial_skill", skill_dir)) if v is not None}
     config = config.model_copy(update=overrides) if overrides else config
+    from skillstate.engine.create import evals_env, skill_evals
+
+    config = evals_env(config)
     names = [config.train_split, config.val_split, config.test_split]
     if config.env == "qa" and not config.data:
         return SimWorld([i for items in bundled_splits().values() for i in items], SimNoise.of(config.sim))
     cls = resolve_env(config.env)
     cls.check_requirements()
     settings = env_settings(cls, config.env_config, config.env)
-    splits = cls.load_splits(config.data, names) if config.data else cls.builtin_splits(settings, names)
+    splits = cls.load_splits(config.data, names) if config.data else \
+        skill_evals(config, settings, names) if getattr(cls, "uses_judge", False) else \
+        cls.builtin_splits(settings, names)
     if splits is None:
         raise UserError(f"env {config.env!r} has no built-in tasks: pass --data DIR")
     env = construct_env(cls, splits, settings, config.env)

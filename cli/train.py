@@ -145,7 +145,7 @@ def sim_names() -> frozenset[str]:
 
 
 def config_with_backend(config_file: str | None, overrides: dict[str, Any], *, base: dict[str, Any] | None = None,
-                        run_id: str | None = None, roles: tuple[str, ...] = ("target", "optimizer"),
+                        run_id: str | None = None, roles: tuple[str, ...] = ("target", "optimizer", "judge"),
                         hint: str = "--backend openai") -> SkillConfig:
     """The config, never running the simulator under a real model's name: a
     model other than the sim names, or a base URL, with no backend chosen (by

@@ -17,6 +17,7 @@ from skillstate.config_parts import (  # noqa: F401  (re-exported: the sections 
     EXTRA_BODY_TAKEN,
     BankConfig,
     EpisodeConfig,
+    JudgeModelConfig,
     ModelConfig,
     OptimizerModelConfig,
     PolicyConfig,
@@ -32,7 +33,7 @@ Backend = Literal["sim", "openai"]
 Scheduler = Literal["constant", "linear", "cosine"]
 GateMetric = Literal["hard", "soft", "mixed"]
 
-SIM_MODELS = {"target": "sim-target", "optimizer": "sim-optimizer"}
+SIM_MODELS = {"target": "sim-target", "optimizer": "sim-optimizer", "judge": "sim-judge"}
 
 # What mode bank leaves off of the document mechanisms that are on by default.
 BANK_OFF: dict[str, Any] = {"blocker_search": "off", "prune": "off", "prune_blockers": False}
@@ -59,6 +60,7 @@ class SkillConfig(Section):
                           "default: the environment's.")
     optimizer: OptimizerModelConfig = Field(default_factory=OptimizerModelConfig)
     target: TargetModelConfig = Field(default_factory=TargetModelConfig)
+    judge: JudgeModelConfig = Field(default_factory=JudgeModelConfig)
     episode: EpisodeConfig = Field(default_factory=EpisodeConfig)
     mode: Literal["skill", "bank"] = Field(
         "skill", description="skill: train one skill document (SkillOpt); bank: grow a bank of small skills "
@@ -291,6 +293,9 @@ class SkillConfig(Section):
     test_split: str = Field("test", description="The split the initial and best skill are scored on at the end "
                                                 "(eval_test).")
     eval_test: bool = Field(True, description="Score the initial and best skill on the test split at the end.")
+    eval_without_skill: bool = Field(
+        True, description="With eval_test, an environment graded by a judge (env evals) also scores the target "
+                          "with no skill on test, so the run says what the skill adds over none.")
     concurrency: int = Field(8, ge=1, description="LLM calls in flight at once.")
     executor: Literal["threads", "ray"] = Field(
         "threads", description="Where rollouts and evaluations run: threads (in this process) or ray (Ray tasks on a "
@@ -401,9 +406,27 @@ class SkillConfig(Section):
         if cfg.model:
             return cfg.model
         if self.backend == "sim":
+            if role == "judge":  # its own name: a sim judge's verdicts depend on its error rate
+                return SIM_MODELS[role] + (f"-err{self.sim.judge_error:g}" if self.sim.judge_error else "")
             return SIM_MODELS[role] + self.sim.model_suffix()
+        if role == "judge" and self.optimizer.model:
+            return self.optimizer.model
         raise ConfigError(f"backend openai needs a model for the {role}: pass --model, --{role}-model or --set "
                           f"{role}.model=NAME")
+
+    def role_config(self, role: str) -> ModelConfig:
+        """How `role` reaches its model: its own section, except that the judge's unset endpoint keys are the
+        optimizer's (with no base_url of its own, it uses the optimizer's endpoint as a whole)."""
+        if role != "judge":
+            return getattr(self, role)
+        judge, opt = self.judge, self.optimizer
+        own = judge.base_url is not None
+        return judge.model_copy(update={
+            "base_url": judge.base_url if own else opt.base_url,
+            "api_key_env": judge.api_key_env or opt.api_key_env,
+            "azure": judge.azure if own else opt.azure,
+            "api_version": judge.api_version if own else opt.api_version,
+        })
 
 
 # Keys that change how a run reaches its models but not what it computes:
@@ -418,6 +441,7 @@ RUNTIME_KEYS = {
     "optimizer.azure", "optimizer.api_version",
     "target.base_url", "target.api_key_env", "target.timeout", "target.max_retries",
     "target.azure", "target.api_version", "target.check_tools",
+    "judge.base_url", "judge.api_key_env", "judge.timeout", "judge.max_retries", "judge.azure", "judge.api_version",
 }
 
 
@@ -489,7 +513,7 @@ def stored_config(data: dict[str, Any]) -> SkillConfig:
 def public_config(cfg: SkillConfig) -> dict[str, Any]:
     """The config as stored in the log: plain JSON data, secrets masked."""
     data = cfg.model_dump(mode="json")
-    for role in ("optimizer", "target"):
+    for role in ("optimizer", "target", "judge"):
         if data[role].get("base_url"):
             data[role]["base_url"] = redact(data[role]["base_url"])
     if data.get("ray_address"):

@@ -78,6 +78,24 @@ class OptimizerModelConfig(ModelConfig):
                             "of each prompt (OpenAI, vLLM and llama.cpp accept both); text sends no response_format.")
 
 
+class JudgeModelConfig(ModelConfig):
+    """The judge (env evals): grades an output's expectations and llm-rubric assertions. Its endpoint keys
+    left unset are the optimizer's, so one endpoint serves both unless the judge names its own."""
+
+    model: str | None = Field(None, description="Model name; default: the optimizer's model.")
+    base_url: str | None = Field(None, description="OpenAI-compatible endpoint; default: the optimizer's (and then "
+                                                   "its api_key_env, azure and api_version too).")
+    api_key_env: str | None = Field(None, description="Environment variable holding the API key; default: the "  # type: ignore[assignment]
+                                                      "optimizer's.")
+    max_tokens: int = Field(1024, ge=1, description="Completion token limit per call.")
+    response_format: Literal["text", "json_object", "json_schema"] = Field(
+        "text", description="Ask the server for structured output (json_object, or json_schema with the verdicts' "
+                            "schema); text sends no response_format.")
+    samples: int = Field(1, ge=1, le=15, description="Grade each output this many times (each a journaled call with "
+                                                     "its own seed) and take the majority of each verdict; a tie "
+                                                     "fails.")
+
+
 class EpisodeConfig(Section):
     """How multi-turn episodes run and what the analysts see of them (text worlds and tool-using agents)."""
 
@@ -162,6 +180,8 @@ class SimConfig(Section):
                             "(pins it at block_level while the skill holds it, whatever else the skill says).")
     block_level: float = Field(0.1, ge=0.0, le=1.0, description="The chance of a right answer on a task type a "
                                "blocking line overrides.")
+    judge_error: float = Field(0.0, ge=0.0, le=1.0, description="env evals: how often the sim judge gets a "
+                               "verdict wrong (drawn from the request, so each sample draws on its own).")
 
     @model_validator(mode="before")
     @classmethod

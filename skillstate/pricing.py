@@ -6,8 +6,8 @@ by their providers; a run's `prices` config key adds models or overrides
 these. A dated snapshot (`gpt-4o-2024-08-06`) takes the price of its base
 name. A model the table does not know costs 0 and draws one warning; a zero
 price (`prices: {MODEL: [0, 0]}`) says that a local model is free and draws
-none. The sim models carry nominal prices (those of gpt-4o-mini for the target
-and gpt-4.1 for the optimizer) so that a sim run shows what a comparable real
+none. The sim models carry nominal prices (those of gpt-4o-mini for the target,
+and gpt-4.1 for the optimizer and the judge) so that a sim run shows what a comparable real
 run costs.
 """
 
@@ -44,6 +44,7 @@ DEFAULT_PRICES: dict[str, Price] = {
     # nominal prices of the simulated models (see the module docstring)
     "sim-target": (0.15, 0.60),
     "sim-optimizer": (2.00, 8.00),
+    "sim-judge": (2.00, 8.00),
 }
 
 

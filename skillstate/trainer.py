@@ -18,6 +18,7 @@ from skillstate.engine.runner import (
     check_backend_factory,
     continue_run,
     create_run,
+    evals_env,
     fork_run,
     load_run,
 )
@@ -60,6 +61,7 @@ def check_resumable(state: RunState, config: SkillConfig, run_id: str) -> None:
     """A resumed run must keep every setting that affects what it computes."""
     # the stored config is read back through the model, so keys added since it was written take their defaults
     stored = semantic_view(public_config(stored_config(dict(state.config))))
+    config = evals_env(config)
     settings = env_settings(resolve_env(config.env), config.env_config, config.env)  # stored with its defaults
     given = semantic_view(public_config(config.model_copy(update={"env_config": settings.model_dump(mode="json")})))
     for key in sorted(set(stored) | set(given)):
@@ -88,6 +90,8 @@ class Trainer:
             if self.config is not None:
                 check_resumable(load_run(self.store, self.run_id).state, self.config, self.run_id)
             return self.run_id
+        if self.config is not None:
+            self.config = evals_env(self.config)  # a skill directory with evals and no data: env evals
         check_backend_factory(self.config or SkillConfig(), self.backend_factory)  # before the run exists
         self.run_id = create_run(self.store, self.config or SkillConfig(), self.run_id)
         return self.run_id
@@ -109,20 +113,23 @@ class Trainer:
 
 def evaluate_skill(config: SkillConfig, split: str = "test", *, db: str | None = None, store: Store | None = None,
                    run_id: str | None = None, on_progress: ProgressCallback | None = None,
-                   backend_factory: BackendFactory | None = None) -> RunResult:
+                   backend_factory: BackendFactory | None = None, without_skill: bool = False) -> RunResult:
     """Score `config.initial_skill` (a skill file; default: the environment's
-    skill) on a split, recorded as an evaluation run in the log.
+    skill) on a split, recorded as an evaluation run in the log. With
+    `without_skill`, score the target with no skill (a skill directory named
+    by `initial_skill` still gives its evals).
 
     `split` is `train`, `val` or `test` (the config's names for them), or
     one of those configured split names itself."""
-    if config.initial_skill is None:
+    if config.initial_skill is None and not without_skill:
         raise UserError("evaluation needs a skill file: pass --skill FILE")
     roles = {"train": config.train_split, "val": config.val_split, "test": config.test_split}
     name = roles.get(split, split)
     if name not in roles.values():
         raise UserError(f"unknown split {split!r}: use train, val or test")
+    config = evals_env(config)
     check_backend_factory(config, backend_factory)
     store = store or open_store(db)
-    rid = create_run(store, config, run_id, eval_split=name)
+    rid = create_run(store, config, run_id, eval_split=name, without_skill=without_skill)
     state = continue_run(store, rid, runtime=config, on_progress=on_progress, backend_factory=backend_factory)
     return RunResult(rid, state, store)

@@ -267,9 +267,10 @@ def test_new_prompts_can_be_overridden_inline():
 def test_optimizer_prompt_files_ask_for_json_only():
     files = [f for f in resources.files("skillstate.prompts").iterdir() if f.name.endswith(".md")]
     assert set(PROMPT_NAMES) <= {f.name[:-3] for f in files}
-    # the targets' user prompts and the optimizer's system prompt are not JSON-reply calls
+    # the targets' user prompts and the optimizer's and the judge's system prompts are not JSON-reply calls
     for f in files:
-        if f.name[:-3] not in ("qa_user", "episode_user", "optimizer_system", "disclosure_system"):
+        if f.name[:-3] not in ("qa_user", "episode_user", "optimizer_system", "disclosure_system", "evals_user",
+                               "judge_system"):
             assert "Reply with JSON only" in f.read_text(encoding="utf-8"), f.name
 
 

@@ -56,7 +56,7 @@ class ThreadsExecutor:
         def target(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
             return ctx.llm("target", messages, tools=tools, seed=sample)
 
-        return run_rollout(ctx.env, ctx.config.env, skill, item, ctx.prompts, target)
+        return run_rollout(ctx.env, ctx.config.env, skill, item, ctx.prompts, target, ctx.judge_call())
 
     def close(self) -> None:
         pass
@@ -215,6 +215,15 @@ class RunContext:
             result = self._foreground(self.clients[role].complete, request)  # holds a slot unless its task does
         self.meter.record(served=result.cached, failed=result.error is not None, background=background)
         return result
+
+    def judge_call(self) -> Callable[[list[dict[str, Any]], int | None], CallResult] | None:
+        """The judge's calls for an environment that grades with one (None when the run has no judge)."""
+        if "judge" not in self.clients:
+            return None
+        from skillstate.evals.judge import JudgeReply
+
+        fmt = response_format(self.config.judge.response_format, JudgeReply)
+        return lambda messages, seed: self.llm("judge", messages, fmt, seed=seed)
 
     def expect_calls(self, calls: int | None) -> None:
         """The stage under way plans `calls` more LLM calls (None: unknown), for the progress bar only."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -35,12 +36,16 @@ from skillstate.util import canonical_json, hash_value, sha256_text
 def _dataset(config: SkillConfig, env: type[SkillEnv],
              settings: BaseModel) -> tuple[dict[str, list[dict[str, Any]]], str | None]:
     """The splits and the default skill of the run's environment."""
+    from skillstate.envs.skill_evals import EvalsEnv
+
     wanted = [config.train_split, config.val_split, config.test_split]
-    if config.backend == "sim" and not issubclass(env, (QAEnv, EpisodeEnv, ToolEnv)):
+    if config.backend == "sim" and not issubclass(env, (QAEnv, EpisodeEnv, ToolEnv, EvalsEnv)):
         raise ConfigError(f"env {config.env!r} is none of the kinds the sim backend plays (question answering, a "
-                          "text world, tool use): use --backend openai")
+                          "text world, tool use, a skill's evals): use --backend openai")
     if config.data:
         return env.load_splits(config.data, wanted), None
+    if issubclass(env, EvalsEnv):
+        return skill_evals(config, settings, wanted), None
     own = env.builtin_splits(settings, wanted)
     if own is not None:
         return own, None
@@ -57,6 +62,37 @@ def _dataset(config: SkillConfig, env: type[SkillEnv],
                               f"{', '.join(generated)}); pass --data DIR to use other split names")
     splits = {name: generated[name] for name in wanted}
     return splits, bundled_skill()
+
+
+def skill_evals(config: SkillConfig, settings: BaseModel, wanted: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The evals of the skill directory a run starts from, split by the run's seed (`env_config.split`)."""
+    from skillstate.envs.skill_evals import stored_item
+    from skillstate.evals import DEFAULT_SIZES, read_skill_evals, split_evals
+
+    if not config.initial_skill:
+        raise DataError(f"env {config.env!r} reads the evals of the skill it trains: set initial_skill to a skill "
+                        "directory holding evals/evals.json, or pass --data DIR")
+    evals = read_skill_evals(config.initial_skill)
+    splits = split_evals(evals.items, config.seed, getattr(settings, "split", DEFAULT_SIZES), source=str(evals.path))
+    return {name: [stored_item(item) for item in part] for name, part in zip(wanted, splits.as_dict().values(),
+                                                                             strict=True)}
+
+
+def evals_env(config: SkillConfig) -> SkillConfig:
+    """The config a run is created with: a run of the default env that names no data and starts from a skill
+    directory holding evals/evals.json trains on those evals (env evals). Env evals gates on the soft score
+    (the weighted share of checks passed) unless gate_metric is set: an output rarely passes every check of
+    an eval, so the hard score alone would leave the gate nothing to compare for most of a run."""
+    from skillstate.evals import has_evals
+
+    if config.env == "qa" and not config.data and config.initial_skill:
+        path = Path(config.initial_skill).expanduser()
+        folder = path.parent if path.name == "SKILL.md" else path
+        if folder.is_dir() and has_evals(folder):
+            config = config.model_copy(update={"env": "evals"})
+    if config.env == "evals" and "gate_metric" not in config.model_fields_set:
+        config = config.model_copy(update={"gate_metric": "soft"})
+    return config
 
 
 def _imported_trajectories(path: str) -> str:
@@ -175,7 +211,7 @@ def preflight(config: SkillConfig, roles: tuple[str, ...] = ("target", "optimize
             continue
         from skillstate.llm.openai_backend import OpenAIBackend, api_key
 
-        cfg = getattr(config, role)
+        cfg = config.role_config(role)
         api_key(cfg, role)
         key = (cfg.base_url, cfg.api_key_env, cfg.azure, model)
         if keys_only or (probe and key in checked):
@@ -201,19 +237,21 @@ def uses_tools(env: str) -> bool:
 
 
 def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
-               eval_split: str | None = None, policy: PolicyStart | None = None) -> str:
+               eval_split: str | None = None, policy: PolicyStart | None = None, without_skill: bool = False) -> str:
     """Validate everything, then write the run row and RunStarted atomically.
 
     With `eval_split` the run is an evaluation run: it scores its initial
     skill on that split and has no steps. With `policy` it is a policy
     training run (kind policy): its skill is `policy.skill` (a run's best
     skill or bank), and `policy.events` follow RunStarted in the same
-    transaction."""
+    transaction. With `without_skill` (an evaluation run) the target is
+    shown no skill at all: what a skill adds is measured against that."""
     kind = "eval" if eval_split else "policy" if policy is not None else "train"
     run_id = run_id or new_run_id("eval" if eval_split else "run")
     if store.get_run(run_id) is not None:
         raise UserError(f"run {run_id!r} already exists")
-    preflight(config, roles_of(kind), keys_only=True)  # (the endpoints are probed last, below)
+    config = evals_env(config)
+    preflight(config, roles_of(kind, config.env), keys_only=True)  # (the endpoints are probed last, below)
     env_cls = resolve_env(config.env)
     env_cls.check_requirements()
     settings = env_settings(env_cls, config.env_config, config.env)
@@ -230,7 +268,12 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
         from skillstate.llm.embeddings import OpenAIEmbeddings
 
         OpenAIEmbeddings(config.optimizer)  # its key and endpoint settings, before anything is written
-    if policy is not None:  # the skill a run ended with, as its log holds it
+    if without_skill:
+        if not eval_split or config.mode == "bank":
+            raise ConfigError("without a skill is an evaluation of the target alone (mode skill)")
+        source = InitialSkill("")
+        skill = source.text
+    elif policy is not None:  # the skill a run ended with, as its log holds it
         if config.mode == "bank":
             from skillstate.bank.document import read_bank
 
@@ -280,7 +323,7 @@ def create_run(store: Store, config: SkillConfig, run_id: str | None = None, *,
         spe = 0
     stored = public_config(config)
     validate_config(stored)  # the config as the log will hold it must read back (a resume reads it so)
-    preflight(config, roles_of(kind))  # last: it may call the endpoints
+    preflight(config, roles_of(kind, config.env))  # last: it may call the endpoints
     event = RunStarted(
         config=stored, initial_skill=put(skill), dataset=dataset,
         dataset_fingerprint=hash_value({k: v["hash"] for k, v in dataset.items()}),

@@ -25,6 +25,11 @@ def check_executor(config: Any, connect: bool = False) -> None:
     """A ConfigError when the executor the config (a SkillConfig) names cannot run here; with `connect`, Ray
     is also started or joined (a cluster that cannot be reached is refused before a run is written)."""
     if config.executor == "ray":
+        from skillstate.engine.loading import judged
+
+        if judged(config.env):
+            raise ConfigError(f"env {config.env!r} grades with a judge, which runs on the driver's threads: use "
+                              "executor threads")
         try:
             import ray  # noqa: F401
         except ImportError:

@@ -72,10 +72,27 @@ def config_of(state: RunState) -> SkillConfig:
     return stored_config(dict(state.config))
 
 
-def roles_of(kind: str) -> tuple[str, ...]:
+def roles_of(kind: str, env: str | None = None) -> tuple[str, ...]:
     """The LLM roles a run of this kind calls: an evaluation run only has a target, and a policy training run
-    only the teacher (the policy it trains runs here)."""
-    return {"eval": ("target",), "policy": ("optimizer",)}.get(kind, ("target", "optimizer"))
+    only the teacher (the policy it trains runs here); an environment that grades with a judge (env evals)
+    adds the judge to the runs that roll out."""
+    roles = {"eval": ("target",), "policy": ("optimizer",)}.get(kind, ("target", "optimizer"))
+    if env is not None and "target" in roles and judged(env):
+        roles = (*roles, "judge")
+    return roles
+
+
+def judged(env: str) -> bool:
+    """Whether environment `env` grades with a judge (a ConfigError for an unknown one)."""
+    from skillstate.envs.registry import BUILTIN, resolve_env
+    from skillstate.errors import ConfigError
+
+    if env in BUILTIN:
+        return env == "evals"
+    try:
+        return bool(getattr(resolve_env(env), "uses_judge", False))
+    except ConfigError:  # (a log read where its environment cannot be imported: it did not name one)
+        return False
 
 
 @dataclass

@@ -13,13 +13,16 @@ from skillstate.util import first_line
 
 # One target call of a rollout: (messages, tools) -> its result.
 TargetCall = Callable[[list[dict[str, Any]], "list[dict[str, Any]] | None"], CallResult]
+# One judge call (an environment that grades with a judge: `uses_judge`): (messages, seed) -> its result.
+JudgeCall = Callable[[list[dict[str, Any]], "int | None"], CallResult]
 
 
 def run_rollout(env: SkillEnv, env_name: str, skill: str, item: dict[str, Any], prompts: dict[str, str],
-                target: TargetCall) -> RolloutOutcome:
-    """One rollout, wherever it runs. An error raised by a target call (an
-    LLM stop) passes through; anything else the environment raises, or an
-    outcome `check_outcome` refuses, becomes an EnvFailure naming the item."""
+                target: TargetCall, judge: JudgeCall | None = None) -> RolloutOutcome:
+    """One rollout, wherever it runs. An error raised by a target or judge
+    call (an LLM stop) passes through; anything else the environment raises,
+    or an outcome `check_outcome` refuses, becomes an EnvFailure naming the
+    item. An environment that `uses_judge` is handed `judge`."""
     raised: list[BaseException] = []
 
     def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
@@ -29,8 +32,19 @@ def run_rollout(env: SkillEnv, env_name: str, skill: str, item: dict[str, Any], 
             raised.append(err)
             raise
 
+    def grade(messages: list[dict[str, Any]], seed: int | None = None) -> CallResult:
+        assert judge is not None
+        try:
+            return judge(messages, seed)
+        except BaseException as err:
+            raised.append(err)
+            raise
+
     try:
-        outcome = env.rollout(skill, item, complete, prompts)
+        if getattr(env, "uses_judge", False):
+            outcome = env.rollout(skill, item, complete, prompts, judge=grade if judge else None)  # type: ignore[call-arg]
+        else:
+            outcome = env.rollout(skill, item, complete, prompts)
     except Exception as err:
         if raised and err is raised[-1]:
             raise

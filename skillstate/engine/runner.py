@@ -34,6 +34,7 @@ from skillstate.engine.create import (  # noqa: F401  (re-exported)
     MAX_TOTAL_STEPS,
     check_schedule,
     create_run,
+    evals_env,
     fork_run,
     preflight,
 )
@@ -41,6 +42,7 @@ from skillstate.engine.executors import make_executor
 from skillstate.engine.loading import (  # noqa: F401  (re-exported)
     LoadedRun,
     config_of,
+    judged,
     lineage_events,
     lineage_run_ids,
     load_run,
@@ -96,6 +98,7 @@ STAGES: dict[str, Stage] = {
     "final_select": final_select.select_final,
     "test_baseline": stages.test_eval("baseline"),
     "test_best": stages.test_eval("best"),
+    "test_no_skill": stages.test_eval("no_skill"),
     "eval_skill": stages.eval_skill,
     "policy_train": policy_stages.policy_train,
     "policy_validate": policy_stages.policy_validate,
@@ -132,6 +135,8 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
             return "test_baseline"
         if cfg.eval_test and "best" not in state.tests:
             return "test_best"
+        if cfg.eval_test and cfg.eval_without_skill and judged(cfg.env) and "no_skill" not in state.tests:
+            return "test_no_skill"
         return None if state.completed else "complete"
     if (reviewing := review.next_stage(p)) is not None:  # the gate has decided: the step is under review
         return reviewing
@@ -241,7 +246,7 @@ def make_backend(config: SkillConfig, env: SkillEnv, role: str) -> LLMClient:
         return sim_backend_for(env, config.sim)
     from skillstate.llm.openai_backend import OpenAIBackend
 
-    return OpenAIBackend(getattr(config, role), role)
+    return OpenAIBackend(config.role_config(role), role)
 
 
 BackendFactory = Callable[[SkillConfig, SkillEnv, str], LLMClient]
@@ -271,7 +276,7 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
                                                               config.max_stage_failure_share)
     clients = {}
     index = None if verifying else CallIndex(store, scope)  # claims of requests it lacks ask the journal nothing
-    for role in roles_of(state.kind):
+    for role in roles_of(state.kind, config.env):
         config.model_for(role)  # a missing model is a user error before anything runs
         backend = None if verifying else factory(config, env, role)
         # A Ray worker keeps the reply it was sent, so the target's claims there always ask the journal.
@@ -294,7 +299,7 @@ def build_context(store: Store, run_id: str, state: RunState, config: SkillConfi
     if "target" in clients:  # the executor that runs rollouts (training and evaluation runs)
         ctx.executor = make_executor(ctx, dataset_of(store, state))
     models: dict[str, list[str]] = {}  # one warning per model, whatever roles share it
-    for role in roles_of(state.kind):
+    for role in roles_of(state.kind, config.env):
         models.setdefault(config.model_for(role), []).append(role)
     for model, roles in models.items():
         if verify_until is None and price_for(model, config.prices) is None:

@@ -223,9 +223,15 @@ def gate_decision(score: float, current: float, best: float, use_gate: bool) -> 
 # --- end of run --------------------------------------------------------------
 
 
+NO_SKILL = ""  # what the target is shown in place of a skill when it is scored without one
+
+
 def test_eval(label: str) -> Callable[[RunContext, RunState], list[Event]]:
     def stage(ctx: RunContext, state: RunState) -> list[Event]:
-        skill = need(state.start_skill if label == "baseline" else state.best_skill, f"the {label} skill")
+        if label == "no_skill":  # (an empty system prompt: what the skill adds over none)
+            skill = ctx.put_blob(NO_SKILL)
+        else:
+            skill = need(state.start_skill if label == "baseline" else state.best_skill, f"the {label} skill")
         split = ctx.config.test_split
         scores, blob, usage = evaluate(ctx, skill, split)
         return [TestEvaluated(label=label, split=split, skill=skill, scores=scores, results=blob, usage_by_role=usage)]

@@ -15,6 +15,7 @@ from skillstate.errors import ConfigError
 
 BUILTIN: dict[str, str] = {
     "qa": "skillstate.envs.qa:QAEnv",
+    "evals": "skillstate.envs.skill_evals:EvalsEnv",
     "sql": "skillstate.envs.sql:SqlEnv",
     "workspace": "skillstate.envs.workspace.env:WorkspaceEnv",
     "textworld_express": "skillstate.envs.textworlds.twx:TextWorldExpress",
@@ -117,6 +118,8 @@ def apply_settings(env: SkillEnv, run_config: Any) -> None:
     from skillstate.envs.episode import EpisodeEnv, EpisodeSettings
     from skillstate.envs.tools import ToolEnv
 
+    if getattr(env, "uses_judge", False):
+        env.judge_samples = run_config.judge.samples  # type: ignore[attr-defined]
     if isinstance(env, (EpisodeEnv, ToolEnv)):
         env.settings = EpisodeSettings(**run_config.episode.model_dump(), seed=run_config.seed,
                                        workers=run_config.concurrency)

@@ -25,6 +25,8 @@ PROMPT_NAMES = (
     "disclosure_system",
     # the skill bank (mode: bank)
     "distill", "evolve",
+    # a skill's own evals (env evals): the task as the target sees it, and the judge
+    "evals_user", "judge_system", "judge_user",
 )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from skillstate.engine.loading import LoadedRun, load_run, roles_of
+from skillstate.engine.loading import LoadedRun, judged, load_run, roles_of
 from skillstate.errors import NotFoundError
 from skillstate.log.events import Usage
 from skillstate.log.reducer import RunState, StepRecord, need, usage_totals
@@ -186,11 +186,13 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
         "usage": usage,
         "usage_by_stage": {stage: {role: u.model_dump() for role, u in roles.items()}
                            for stage, roles in own.usage_by_stage.items()},
-        "cost": cost_summary(sent_rows, dict(s.config), own, roles_of(s.kind)),
+        "cost": cost_summary(sent_rows, dict(s.config), own, roles_of(s.kind, str(s.config.get("env", "qa")))),
         "failures": failed_calls(refs),
         "tool_use": tool_use(store, str(s.config.get("env", "qa")), refs, s.config.get("disclosure") == "tools"),
         **({"skill_tree": skill_tree_summary(store, s.skill_tree, s.initial_skill)} if s.skill_tree else {}),
         **({"triggers": triggers} if (triggers := run_triggers(store, s, loaded.lineage)) else {}),
+        **({"grading": grading_summary(store, s)} if s.kind != "policy" and s.tests
+           and judged(str(s.config.get("env", "qa"))) else {}),
         **({"triggers_unobserved": harness} if (harness := unobserved_loads(s.config)) else {}),
         **({"policy": policy_summary(s)} if s.policy is not None else {}),
     }
@@ -238,16 +240,35 @@ def with_failed_tokens(own: RunState, extra: dict[str, dict[str, tuple[int, int]
                    usage_by_stage=MappingProxyType({k: MappingProxyType(v) for k, v in by_stage.items()}))
 
 
+def grading_summary(store: Store, s: RunState) -> dict[str, Any]:
+    """Env evals: each check's pass rate per test evaluation, and the judge's agreement."""
+    from skillstate.reading.grading import check_rates
+
+    return {**check_rates(store, s), "samples": (s.config.get("judge") or {}).get("samples", 1)}
+
+
+def role_model(config: dict[str, Any], role: str) -> str:
+    """The model a stored config names for `role` (the judge's default is the optimizer's, with backend
+    openai)."""
+    from skillstate.config import SIM_MODELS
+
+    own = (config.get(role) or {}).get("model")
+    if own:
+        return str(own)
+    if role == "judge" and config.get("backend") == "openai":
+        return str((config.get("optimizer") or {}).get("model") or "")
+    return SIM_MODELS[role]
+
+
 def cost_summary(sent_rows: list[tuple[str, str, int, int, int]], config: dict[str, Any], own: RunState,
                  roles: tuple[str, ...] = ("target", "optimizer")) -> dict[str, Any]:
     """USD cost per role and per stage of the run's own events at list prices,
     and what the requests it actually sent (`Store.paid_by_model` rows) cost;
     the rest came from the log."""
-    from skillstate.config import SIM_MODELS
     from skillstate.pricing import cost_usd, price_for, sent_cost
 
     prices = config.get("prices") or {}
-    models = {role: (config.get(role) or {}).get("model") or SIM_MODELS[role] for role in roles}
+    models = {role: role_model(config, role) for role in roles}
     unpriced = sorted({m for m in models.values() if price_for(m, prices) is None})
 
     def priced(role: str, u: Usage) -> float:

@@ -101,7 +101,7 @@ def review_view(store: Store, run_id: str | None, step: int | None = None,
                       "proposed_by": proposed_by(e, patches, rollout) if row.origin != "blocker" else [],
                       **({"blocker": blocker} if row.origin == "blocker" and blocker else {})})
     config = dict(state.config)
-    roles = roles_of(state.kind)
+    roles = roles_of(state.kind, str(state.config.get("env", "qa")))
     upto = loaded.lineage[: loaded.lineage.index(stored) + 1]
     step_cost = cost_summary([], config, usage_totals(s.event for s in upto if s.step == req.step), roles)
     run_cost = cost_summary(store.paid_by_model(loaded.run_id), config,

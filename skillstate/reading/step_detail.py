@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skillstate.engine.loading import LoadedRun
+from skillstate.engine.loading import LoadedRun, judged
 from skillstate.errors import NotFoundError
 from skillstate.log.events import (
     CandidateBuilt,
@@ -50,6 +50,22 @@ def _bank_skill(skill) -> dict[str, Any]:
             "refines": skill.provenance.refines}
 
 
+def rollout_checks(store: Store, results: list[Any]) -> list[dict[str, Any]]:
+    """Each rolled-out item's checks with their verdicts and evidence (env evals), from its trajectory."""
+    import json
+
+    blobs = store.get_blobs([r.trajectory for r in results if r.trajectory])
+    out = []
+    for r in results:
+        raw = blobs.get(r.trajectory or "")
+        grading = (json.loads(raw) if raw else {}).get("grading", {}) if raw and raw.startswith("{") else {}
+        out.append({"item_id": r.item_id, "checks": [{"text": c["text"], "kind": c["kind"], "passed": c["passed"],
+                                                       "evidence": c.get("evidence", "")}
+                                                      for c in grading.get("checks", [])],
+                    **({"judge_error": grading["judge_error"]} if grading.get("judge_error") else {})})
+    return out
+
+
 def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
     stored = [s for s in loaded.lineage if s.step == step]
     events = [s.event for s in stored]
@@ -67,6 +83,8 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
                 "failures": [{"item_id": r.item_id, "task_type": r.task_type, "fail_reason": r.fail_reason}
                              for r in ev.results if r.hard < 1],
             }
+            if judged(str(loaded.state.config.get("env", "qa"))):  # env evals: each item's checks and verdicts
+                out["rollout"]["graded"] = rollout_checks(store, ev.results)
         elif isinstance(ev, PatchProposed):
             out.setdefault("patches", []).append({
                 "source": ev.source, "minibatch": ev.minibatch, "status": ev.status, "items": ev.item_ids,

@@ -28,9 +28,10 @@ class SimBackend:
 
     name = "sim"
 
-    def __init__(self, world: Any):
+    def __init__(self, world: Any, judge_error: float = 0.0):
         self.world = world
         self.optimizer = SimOptimizer(world)
+        self.judge_error = judge_error  # env evals: how often the sim judge's verdict is wrong
 
     def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                 seed: int | None = None) -> ChatResponse:
@@ -38,13 +39,17 @@ class SimBackend:
 
     def answer(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                seed: int | None = None) -> tuple[str, ChatResponse]:
-        """(the role that answered, "target" or "optimizer"; the reply). A `seed` (a sample's index) makes the
-        question-answering target answer as another sample would."""
+        """(the role that answered, "target", "optimizer" or "judge"; the reply). A `seed` (a sample's index)
+        makes the question-answering target answer, and the judge grade, as another sample would."""
         user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
         calls: list[ToolCall] = []
         role = "optimizer"
         if any(t.get("function", {}).get("name") == PROBE_TOOL for t in tools or []):  # the start-up tool check
             role, text, calls = "target", "", [ToolCall("call_probe", PROBE_TOOL, "{}")]
+        elif not tools and "<expectations>" in str(user or "") and "<output>" in str(user or ""):  # env evals:
+            from skillstate.sim.evals_world import judge_reply  # the judge grades an output
+
+            role, text = "judge", judge_reply(messages, seed, self.judge_error)
         elif not tools and ("<skill>" in user or "<bank>" in user):  # the optimizer's prompts (the bank's teacher
             # too), which never offer tools: an agent CLI's request that lists its skills in <skill> tags does
             text = self.optimizer.reply(user, seeded_rng("sim-optimizer", hash_value(messages)))
@@ -81,6 +86,10 @@ def sim_world_for(env: SkillEnv, sim: Any = None) -> Any:
     if noise.on:
         raise ConfigError(f"the sim's noisy mode (sim.*) plays question answering only, not env {env.kind!r}: "
                           "leave sim.noise off")
+    if getattr(env, "uses_judge", False):
+        from skillstate.sim.evals_world import EvalsWorld
+
+        return EvalsWorld(env)
     from skillstate.envs.workspace.env import WorkspaceEnv
 
     if isinstance(env, WorkspaceEnv):
@@ -100,4 +109,4 @@ def sim_world_for(env: SkillEnv, sim: Any = None) -> Any:
 
 
 def sim_backend_for(env: SkillEnv, sim: Any = None) -> SimBackend:
-    return SimBackend(sim_world_for(env, sim))
+    return SimBackend(sim_world_for(env, sim), judge_error=getattr(sim, "judge_error", 0.0))
