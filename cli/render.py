@@ -453,6 +453,9 @@ def why_text(info: dict[str, Any], width: int | None = None) -> str:
             lines.extend(wrapped(f"  pattern: {shorten(s, 300)}", width, "    "))
         if p["reasoning"]:
             lines.extend(wrapped(f"  reasoning: {shorten(p['reasoning'], 300)}", width, "    "))
+        for c in p.get("failed_checks", [])[:5]:  # env evals: the expectations these items failed
+            lines.extend(wrapped(f"  failed {c['kind']} ({c['items']} of {len(p['items'])} items): "
+                                 f"{shorten(c['check'], 200)}", width, "    "))
         for item in p["items"][:10]:
             reason = item["fail_reason"] or "solved"
             lines.extend(wrapped(f"  - {item['item_id']} [{item['task_type']}] {shorten(reason, 160)}", width,

@@ -75,8 +75,11 @@ def item_page(cache: RunCache, run_id: str, item_id: str, step: int | None = Non
     if not found:
         raise NotFoundError(f"item {item_id!r} is not in {where} of run {run_id!r}")
     r = found[0]
-    view = trajectory_view(json.loads(cache.store.get_blob(r.trajectory))) if r.trajectory else None
-    return {"result": result_row(r), "where": where, "step": step, "test": test, "trajectory": view}
+    stored = json.loads(cache.store.get_blob(r.trajectory)) if r.trajectory else None
+    view = trajectory_view(stored) if stored is not None else None
+    grading = stored.get("grading") if isinstance(stored, dict) else None  # env evals: the checks and verdicts
+    return {"result": result_row(r), "where": where, "step": step, "test": test, "trajectory": view,
+            "checks": (grading or {}).get("checks", []), "judge_error": (grading or {}).get("judge_error")}
 
 
 def eval_page(cache: RunCache, run_id: str) -> dict[str, Any]:

@@ -72,7 +72,7 @@ class EvalsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    split: tuple[float, float, float] | tuple[int, int, int] = Field(
+    split: tuple[int, int, int] | tuple[float, float, float] = Field(
         (0.6, 0.2, 0.2), description="How a skill's evals are split into train, val and test: three shares that "
                                      "add up to 1, or three counts.")
 

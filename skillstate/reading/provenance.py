@@ -19,6 +19,22 @@ from skillstate.skillopt import repair as repair_rules
 from skillstate.storage.store import Store
 
 
+def failed_checks(store: Store, results: list[Any]) -> list[dict[str, Any]]:
+    """Env evals: the checks (expectations, assertions) the analyst's items failed, the most failed first, each
+    with how many of the items failed it; empty for results whose trajectories hold no grading."""
+    import json
+    from collections import Counter
+
+    blobs = store.get_blobs([r.trajectory for r in results if r.trajectory])
+    failed: Counter[tuple[str, str]] = Counter()
+    for r in results:
+        raw = blobs.get(r.trajectory or "")
+        grading = json.loads(raw).get("grading", {}) if raw and raw.startswith("{") else {}
+        failed.update({(c["kind"], c["text"]) for c in grading.get("checks", []) if c.get("passed") is False})
+    return [{"check": text, "kind": kind, "items": n}
+            for (kind, text), n in sorted(failed.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
 def _touches(edit: Edit, text: str) -> bool:
     return bool(edit.content) and (text in edit.content or edit.content.strip() in text)
 
@@ -167,12 +183,14 @@ def _origin(store: Store, events: list, text: str) -> dict[str, Any]:
             matching.append(Edit(op="rewrite", content=text, source=patch.source))
         if not matching:
             continue
+        checks = failed_checks(store, [results[i] for i in patch.item_ids if i in results])
         proposals.append({
             "source": patch.source, "minibatch": patch.minibatch, "reasoning": patch.reasoning,
             "failure_summary": patch.failure_summary,
             "edits": [{"op": e.op, "target": e.target, "content": e.content} for e in matching],
             "items": [{"item_id": i, "task_type": results[i].task_type, "hard": results[i].hard,
                        "fail_reason": results[i].fail_reason} for i in patch.item_ids if i in results],
+            **({"failed_checks": checks} if checks else {}),
         })
     return {
         "step": built.step,
