@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import assert_paid_once
+from run_helpers import call, kill_at_pause, start_driver
 
 from skillstate.cli.main import cli
 from skillstate.sim.server import SimServer
 from skillstate.storage.store import Store
-from conftest import assert_paid_once
-from run_helpers import call, kill_at_pause, start_driver
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "skills" / "meeting-notes"
 
