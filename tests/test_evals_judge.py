@@ -79,7 +79,8 @@ def _call(text: str = "", error: str | None = None, role: str = "target") -> Cal
 def _env(samples: int = 1, **item) -> tuple[EvalsEnv, dict]:
     raw = {"id": "e1", "prompt": "Write the notes", "expectations": ["Has a summary.", "Names owners."],
            "assertions": [{"type": "icontains", "value": "action items"}], **item}
-    stored = {**raw, "files": [], "assertions": [parse_assertion(a, ".").model_dump(mode="json") for a in raw["assertions"]],
+    assertions = [parse_assertion(a, ".").model_dump(mode="json") for a in raw["assertions"]]
+    stored = {**raw, "files": [], "assertions": assertions,
               "expected_output": raw.get("expected_output", ""), "task_type": ""}
     env = EvalsEnv({"train": [stored], "val": [], "test": []})
     env.judge_samples = samples
@@ -146,7 +147,8 @@ def test_input_files_are_inlined_before_the_prompt(tmp_path):
 
 def test_what_env_evals_cannot_grade_is_refused_when_the_evals_are_read(tmp_path):
     (tmp_path / "bin.dat").write_bytes(b"\xff\xfe\x00binary")
-    binary = EvalItem(id="b", prompt="p", expectations=("x",), files=(EvalFile(name="bin.dat", path=tmp_path / "bin.dat"),))
+    binary = EvalItem(id="b", prompt="p", expectations=("x",),
+                      files=(EvalFile(name="bin.dat", path=tmp_path / "bin.dat"),))
     command = EvalItem(id="c", prompt="p", assertions=(parse_assertion({"type": "command", "value": "pytest"}, "."),))
     empty = EvalItem(id="n", prompt="p")
     for item, problem in ((binary, "not UTF-8"), (command, "workspace"), (empty, "nothing to grade")):
