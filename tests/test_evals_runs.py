@@ -215,3 +215,32 @@ def test_the_dashboard_shows_each_check_and_the_score_without_the_skill(trained)
             assert 'id="checks"' in page and item["checks"][0]["text"].split("'")[0] in page
     finally:
         store.close()
+
+
+def test_a_judge_whose_calls_fail_stops_the_run_and_never_passes_an_output(tmp_path, monkeypatch):
+    from skillstate.cli.tools import sim_world_named
+    from skillstate.sim.server import Fault
+
+    def judge_fails(n, path, body):
+        grading = any("<expectations>" in str(m.get("content")) for m in body.get("messages", []))
+        return Fault(status=500, body='{"error": {"message": "judge down"}}') if grading else None
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+    db = f"sqlite:///{tmp_path / 'f.db'}"
+    with SimServer(sim_world_named(None, None, skill_dir=str(EXAMPLE))) as main, \
+            SimServer(sim_world_named(None, None, skill_dir=str(EXAMPLE)), fault=judge_fails) as judge:
+        res = CliRunner().invoke(cli, ["run", "--db", db, "--run-id", "down", "--backend", "openai", "--model",
+                                       "sim-model", "--base-url", main.base_url, "--set",
+                                       f"judge.base_url={judge.base_url}", "--set", "judge.max_retries=0",
+                                       "--set", f"initial_skill={EXAMPLE}", "-q"])
+    assert res.exit_code not in (0, 2), res.output
+    assert "judge" in res.output and "Traceback" not in res.output
+    s = _show(db, "down")
+    assert s["status"] != "completed" and s["baseline_score"] is None  # nothing was scored on failed verdicts
+
+
+def test_the_paired_gate_works_on_graded_outcomes(tmp_path):
+    db = f"sqlite:///{tmp_path / 'p.db'}"
+    call("run", "--db", db, "--run-id", "paired", "--set", f"initial_skill={EXAMPLE}", "--set", "gate_rule=paired",
+         "--epochs", "2", "-q")
+    assert _show(db, "paired")["status"] == "completed"

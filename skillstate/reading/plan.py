@@ -58,19 +58,21 @@ TURN_OBSERVATION_TOKENS = 120  # a text world's observation, or a tool's output,
 
 
 def plan_run(config: SkillConfig, splits: dict[str, list[dict[str, Any]]], skill: str,
-             multi_turn: bool = False) -> RunPlan:
+             multi_turn: bool = False, judge: bool = False) -> RunPlan:
     """With `multi_turn` every rollout counts as `episode.max_turns` target
-    calls, each prompt holding the recent turns."""
+    calls, each prompt holding the recent turns; with `judge` (env evals)
+    each output is graded by `judge.samples` judge calls."""
     items = [i for rows in splits.values() for i in rows]
-    item_chars = sum(len(str(i.get("question", ""))) + len(str(i.get("context") or "")) for i in items) / max(
-        len(items), 1)
+    item_chars = sum(len(str(i.get("question", i.get("prompt", "")))) + len(str(i.get("context") or ""))
+                     for i in items) / max(len(items), 1)
     n_val, n_test = len(splits[config.val_split]), len(splits[config.test_split])
     steps = steps_per_epoch(len(splits[config.train_split]), config.batch_size, config.accumulation) * config.num_epochs
     batch = config.batch_size * config.accumulation
     sides = 1 if config.failure_only else 2
     patches = math.ceil(batch / config.minibatch_size) + sides - 1
     per_step_opt = patches + sides * _merge_calls(math.ceil(patches / sides), config.merge_batch_size) + 2
-    target = n_val + (2 * n_test if config.eval_test else 0) + steps * (batch + n_val)
+    tested = 2 + (judge and config.eval_without_skill)  # the initial and best skills (and env evals: no skill)
+    target = n_val + (tested * n_test if config.eval_test else 0) + steps * (batch + n_val)
     optimizer = steps * per_step_opt
     epochs_with_boundary = max(config.num_epochs - 1, 0)
     if config.use_slow_update:
@@ -85,14 +87,21 @@ def plan_run(config: SkillConfig, splits: dict[str, list[dict[str, Any]]], skill
         target *= config.episode.max_turns
         target_prompt += (config.episode.history + 2) * TURN_OBSERVATION_TOKENS
     optimizer_prompt = OPTIMIZER_PROMPT_OVERHEAD + _tokens(len(skill) + config.minibatch_size * (item_chars + 400))
-    models = {role: config.model_for(role) for role in ("target", "optimizer")}
+    calls = {"target": target, "optimizer": optimizer}
+    if judge:  # env evals: each output graded by judge.samples calls, holding the task and the output
+        calls["judge"] = target * config.judge.samples
+    models = {role: config.model_for(role) for role in calls}
     prices = {role: price_for(model, config.prices) for role, model in models.items()}
     cost = cost_usd(target * target_prompt, target * min(TARGET_REPLY_TOKENS, config.target.max_tokens),
                     prices["target"])
     cost += cost_usd(optimizer * optimizer_prompt,
                      optimizer * min(OPTIMIZER_REPLY_TOKENS, config.optimizer.max_tokens), prices["optimizer"])
+    if judge:
+        judge_prompt = target_prompt + _tokens(item_chars) + 2 * TARGET_REPLY_TOKENS
+        cost += cost_usd(calls["judge"] * judge_prompt,
+                         calls["judge"] * min(2 * TARGET_REPLY_TOKENS, config.judge.max_tokens), prices["judge"])
     unpriced = sorted({models[r] for r, p in prices.items() if p is None})
-    return RunPlan(steps, {"target": target, "optimizer": optimizer}, round(cost, 4), unpriced)
+    return RunPlan(steps, calls, round(cost, 4), unpriced)
 
 
 def plan_of(store: Store, run_id: str) -> RunPlan:
@@ -105,5 +114,8 @@ def plan_of(store: Store, run_id: str) -> RunPlan:
     env = env_of(store, state)
     from skillstate.reading.skill_text import skill_text
 
-    return plan_run(config_of(state), env.splits, skill_text(store, need(state.initial_skill, "the initial skill")),
-                    multi_turn=isinstance(env, (EpisodeEnv, ToolEnv)) or state.config.get("disclosure") == "tools")
+    config = config_of(state)
+    judge = bool(getattr(env, "uses_judge", False))
+    return plan_run(config, env.splits, skill_text(store, need(state.initial_skill, "the initial skill")),
+                    multi_turn=isinstance(env, (EpisodeEnv, ToolEnv)) or state.config.get("disclosure") == "tools",
+                    judge=judge)

@@ -131,7 +131,7 @@ class Fault:
 FaultRule = Callable[[int, str, dict[str, Any]], "Fault | None"]
 
 # What GET /v1/models lists: any model name is served, these are the names the docs and tests use.
-SIM_MODEL_IDS = ("sim", "sim-model", "sim-target", "sim-optimizer")
+SIM_MODEL_IDS = ("sim", "sim-model", "sim-target", "sim-optimizer", "sim-judge")
 
 
 class SimServer:
