@@ -147,7 +147,7 @@ def _distractors(config: SkillConfig, source: InitialSkill, env_cls: type[SkillE
     if source.encoded is None or source.report is None:
         raise ConfigError("disclosure: tools installs an Agent Skills skill: initial_skill must be a skill "
                           "directory (or its SKILL.md, or a .skill/.zip archive) with a name and a description")
-    keys = [k for k in (os.environ.get(m.api_key_env, "") for m in (config.target, config.optimizer)) if k]
+    keys = [k for k in (os.environ.get(m.api_key_env or "", "") for m in _role_configs(config)) if k]
     names: dict[str, str] = {str(source.report.name): str(config.initial_skill)}
     out = []
     for path in config.distractor_skills:
@@ -175,9 +175,14 @@ def _distractors(config: SkillConfig, source: InitialSkill, env_cls: type[SkillE
     return out
 
 
+def _role_configs(config: SkillConfig) -> list[Any]:
+    """Every role's endpoint settings (the judge's as it reaches its model): whose keys a skill may not hold."""
+    return [config.target, config.optimizer, config.role_config("judge")]
+
+
 def _initial_skill(config: SkillConfig, default: str | None, env: SkillEnv) -> InitialSkill:
     if config.initial_skill:
-        keys = [os.environ.get(model.api_key_env, "") for model in (config.target, config.optimizer)]
+        keys = [os.environ.get(model.api_key_env or "", "") for model in _role_configs(config)]
         return read_initial_skill(config.initial_skill, [k for k in keys if k])
     return InitialSkill(default if default is not None else env.default_skill())
 

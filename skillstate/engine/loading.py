@@ -83,7 +83,8 @@ def roles_of(kind: str, env: str | None = None) -> tuple[str, ...]:
 
 
 def judged(env: str) -> bool:
-    """Whether environment `env` grades with a judge (a ConfigError for an unknown one)."""
+    """Whether environment `env` grades with a judge (False for one that cannot be imported here: a log read
+    where its environment is not installed)."""
     from skillstate.envs.registry import BUILTIN, resolve_env
     from skillstate.errors import ConfigError
 
@@ -91,7 +92,7 @@ def judged(env: str) -> bool:
         return env == "evals"
     try:
         return bool(getattr(resolve_env(env), "uses_judge", False))
-    except ConfigError:  # (a log read where its environment cannot be imported: it did not name one)
+    except ConfigError:
         return False
 
 
