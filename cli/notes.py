@@ -54,6 +54,7 @@ def trigger_lines(s: dict[str, Any], width: int) -> list[str]:
     if not triggers:
         return []
     names = {"baseline": "initial skill", "test_baseline": "initial skill", "test_best": "best skill",
+             "test_no_skill": "no skill",
              "test_eval": "skill"}
     rows = [[f"{names.get(label, label)} ({t['split']})", t["rollouts"], fmt(t["recall"]), fmt(t["precision"]),
              t["wrong_loads"], sum(t["files_read"].values())] for label, t in triggers.items()]

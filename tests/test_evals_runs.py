@@ -244,3 +244,27 @@ def test_the_paired_gate_works_on_graded_outcomes(tmp_path):
     call("run", "--db", db, "--run-id", "paired", "--set", f"initial_skill={EXAMPLE}", "--set", "gate_rule=paired",
          "--epochs", "2", "-q")
     assert _show(db, "paired")["status"] == "completed"
+
+
+def test_with_disclosure_the_trigger_evals_score_the_description_and_train_it(tmp_path):
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    call("run", "--db", db, "--run-id", "t", "--set", f"initial_skill={EXAMPLE}", "--set", "disclosure=tools", "-q")
+    start = json.loads(call("log", "t", "--json", "--db", db))[0]["payload"]
+    triggers = json.loads((EXAMPLE / "evals" / "trigger_evals.json").read_text())
+    assert sum(info["count"] for info in start["dataset"].values()) == 24 + len(triggers)  # the evals and triggers
+    s = _show(db, "t")
+    assert s["status"] == "completed" and s["triggers"]  # recall and precision per skill, as disclosure reports
+    step = json.loads(call("show", "t", "--step", "1", "--json", "--db", db))
+    checks = [c for g in step["rollout"]["graded"] if g["item_id"].startswith("trigger-") for c in g["checks"]]
+    assert checks and {c["kind"] for c in checks} == {"trigger"}
+    assert {c["text"] for c in checks} <= {"uses the skill", "does not use the skill"}
+    described = [line for n in range(1, 5) for line in call("show", "t", "--step", str(n), "--db", db).splitlines()
+                 if line.strip().startswith("describe:")]
+    assert described  # a trigger eval the skill missed led the analysts to widen the description
+    call("replay", "t", "--verify", "--db", db)
+
+
+def test_without_disclosure_the_trigger_evals_are_left_out(trained):
+    db, _ = trained
+    start = json.loads(call("log", "notes", "--json", "--db", db))[0]["payload"]
+    assert sum(info["count"] for info in start["dataset"].values()) == 24

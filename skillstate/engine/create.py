@@ -65,17 +65,26 @@ def _dataset(config: SkillConfig, env: type[SkillEnv],
 
 
 def skill_evals(config: SkillConfig, settings: BaseModel, wanted: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """The evals of the skill directory a run starts from, split by the run's seed (`env_config.split`)."""
-    from skillstate.envs.skill_evals import stored_item
+    """The evals of the skill directory a run starts from, split by the run's seed (`env_config.split`); with
+    `disclosure: tools`, its trigger evals too, split the same way (by shares: counts size the evals)."""
+    from skillstate.envs.skill_evals import stored_item, trigger_item
     from skillstate.evals import DEFAULT_SIZES, read_skill_evals, split_evals
 
     if not config.initial_skill:
         raise DataError(f"env {config.env!r} reads the evals of the skill it trains: set initial_skill to a skill "
                         "directory holding evals/evals.json, or pass --data DIR")
     evals = read_skill_evals(config.initial_skill)
-    splits = split_evals(evals.items, config.seed, getattr(settings, "split", DEFAULT_SIZES), source=str(evals.path))
-    return {name: [stored_item(item) for item in part] for name, part in zip(wanted, splits.as_dict().values(),
-                                                                             strict=True)}
+    sizes = getattr(settings, "split", DEFAULT_SIZES)
+    splits = split_evals(evals.items, config.seed, sizes, source=str(evals.path))
+    out = {name: [stored_item(item) for item in part] for name, part in zip(wanted, splits.as_dict().values(),
+                                                                            strict=True)}
+    if config.disclosure == "tools" and evals.triggers:  # does the description make the agent use the skill?
+        shares = DEFAULT_SIZES if all(isinstance(s, int) for s in sizes) else sizes
+        items = [trigger_item(n, t.query, t.should_trigger) for n, t in enumerate(evals.triggers, 1)]
+        parts = split_evals(items, config.seed, shares, key=lambda i: i["prompt"], source=str(evals.trigger_path))
+        for name, part in zip(wanted, parts.as_dict().values(), strict=True):
+            out[name] += part
+    return out
 
 
 def evals_env(config: SkillConfig) -> SkillConfig:

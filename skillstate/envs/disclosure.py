@@ -208,6 +208,25 @@ def disclosed(env: SkillEnv, installation: Installation, max_calls: int) -> Skil
     return DisclosureEnv(env, installation, max_calls)
 
 
+def answer_with_skills(reader: SkillReader, messages: list[dict[str, Any]], complete: Complete,
+                       max_calls: int) -> tuple[str | None, str, list[CallResult]]:
+    """The target's answer to `messages` (a system prompt listing the installed skills, and the task), its
+    `load_skill` and `read_skill_file` calls served by `reader` (which records what it loaded and read) on the
+    way: (the answer, or None with the reason there is none; every call made). `messages` grows with the
+    conversation."""
+    calls: list[CallResult] = []
+    for _ in range(max_calls):
+        result = complete(messages, tools=TOOLS)
+        calls.append(result)
+        answer, failed = take_reply(result, messages)
+        if failed or answer is not None:
+            return answer, failed or "", calls
+        for call in result.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": reader.run(call.name,
+                                                                                            call.arguments)})
+    return None, f"max_calls: no answer within {max_calls} calls (disclosure_max_calls)", calls
+
+
 def installation_of_env(env: SkillEnv) -> Installation | None:
     """The skills a disclosure environment installs (None for any other environment)."""
     if isinstance(env, DisclosureEnv):
@@ -243,21 +262,8 @@ class DisclosureEnv(SkillEnv):
         reader = SkillReader(self.installation, skill)
         messages: list[dict[str, Any]] = [{"role": "system", "content": reader.system_prompt(prompts)},
                                           {"role": "user", "content": self.inner.user_message(item, prompts)}]
-        calls: list[CallResult] = []
+        answer, reason, calls = answer_with_skills(reader, messages, complete, self.max_calls)
         loaded, read = reader.loaded, reader.read
-        answer, reason = None, ""
-        for _ in range(self.max_calls):
-            result = complete(messages, tools=TOOLS)
-            calls.append(result)
-            answer, failed = take_reply(result, messages)
-            if failed or answer is not None:
-                reason = failed or reason
-                break
-            for call in result.tool_calls:
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": reader.run(call.name,
-                                                                                                call.arguments)})
-        else:
-            reason = f"max_calls: no answer within {self.max_calls} calls (disclosure_max_calls)"
         task_type = item.get("task_type", "")
         hard, soft = 0.0, 0.0
         if answer is not None:

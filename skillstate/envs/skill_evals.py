@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,8 @@ class EvalTask(BaseModel):
     expectations: list[str] = Field(default_factory=list)
     assertions: list[dict[str, Any]] = Field(default_factory=list)  # `Assertion`s, dumped
     task_type: str = ""
+    trigger: bool | None = None  # a trigger eval (disclosure: tools): should the target use the skill for it?
+    expected_skill: str | None = None  # the skill it should load ("" for none); unset: the trained one
 
     @field_validator("id", mode="before")
     @classmethod
@@ -104,7 +107,7 @@ def stored_item(item: EvalItem) -> dict[str, Any]:
     task = EvalTask(id=item.id, prompt=item.prompt, expected_output=item.expected_output,
                     files=[InputFile(**f) for f in files], expectations=list(item.expectations),
                     assertions=[a.model_dump(mode="json") for a in item.assertions])
-    return task.model_dump()
+    return task.model_dump(exclude_none=True)
 
 
 def eval_item(item: dict[str, Any]) -> EvalItem:
@@ -128,11 +131,34 @@ def check_label(assertion: Assertion) -> str:
     return f"{assertion.name} {shown[:120]!r}" if isinstance(value, str) else f"{assertion.name} {shown[:120]}"
 
 
+def trigger_item(n: int, query: str, should_trigger: bool) -> dict[str, Any]:
+    """A trigger eval as the log keeps it: its query is the task, and what counts is whether the target loads
+    the trained skill for it (`disclosure: tools`)."""
+    task = EvalTask(id=f"trigger-{n}", prompt=query, trigger=should_trigger,
+                    expected_skill=None if should_trigger else "")
+    return task.model_dump(exclude_none=True)
+
+
+def trigger_outcome(item: dict[str, Any], used: bool, loaded: list[str], answer: str,
+                    messages: list[dict[str, Any]]) -> RolloutOutcome:
+    """A trigger eval's outcome: passed when the target loaded the trained skill (`used`; `loaded` is every
+    skill it loaded) exactly when the eval says it should."""
+    check = {"kind": "trigger", "text": "uses the skill" if item["trigger"] else "does not use the skill",
+             "weight": 1.0, "passed": used == item["trigger"], "votes": [],
+             "evidence": f"loaded: {', '.join(loaded) or 'no skill'}"}
+    score = 1.0 if check["passed"] else 0.0
+    return RolloutOutcome(score, score, "" if score else f"failed 1 of 1 checks: {check['text']}", answer, messages,
+                          item.get("task_type", ""), trajectory={"messages": messages, "grading": {"checks": [check]}})
+
+
 class EvalsEnv(SkillEnv):
     kind = "evals"
     item_model = EvalTask
     config_model = EvalsConfig
     uses_judge = True  # the executor hands `rollout` a judge
+    plays_disclosure = True  # with disclosure tools, its own loop offers load_skill and read_skill_file
+    installation: Any = None  # disclosure tools: the installed skills (set by envs.disclosure.disclosed)
+    max_calls = 8
 
     @classmethod
     def load_splits(cls, path: str | Path, splits: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -150,13 +176,46 @@ class EvalsEnv(SkillEnv):
 
     def rollout(self, skill: str, item: dict[str, Any], complete: Complete, prompts: dict[str, str],
                 judge: JudgeCall | None = None) -> RolloutOutcome:
+        task_type = item.get("task_type", "")
+        if self.installation is not None and skill:  # disclosure tools: the target sees the installed skills
+            return self._disclosed(skill, item, complete, prompts, judge)
         messages = [{"role": "system", "content": skill}, {"role": "user", "content": self.user_message(item, prompts)}]
         result = complete(messages)
-        task_type = item.get("task_type", "")
         if not result.ok:
             return RolloutOutcome(0.0, 0.0, f"rollout_error: {result.error}", "", messages, task_type, result)
-        output = result.text
-        convo = messages + [{"role": "assistant", "content": output}]
+        convo = messages + [{"role": "assistant", "content": result.text}]
+        if item.get("trigger") is not None:  # (no skill installed: a run's score without one)
+            return replace(trigger_outcome(item, False, [], result.text, convo), call=result)
+        outcome = self.grade(item, result.text, convo, prompts, judge, truncated=result.truncated)
+        return replace(outcome, call=result)
+
+    def _disclosed(self, skill: str, item: dict[str, Any], complete: Complete, prompts: dict[str, str],
+                   judge: JudgeCall | None) -> RolloutOutcome:
+        from skillstate.envs.disclosure import SkillReader, answer_with_skills
+
+        reader = SkillReader(self.installation, skill)
+        messages: list[dict[str, Any]] = [{"role": "system", "content": reader.system_prompt(prompts)},
+                                          {"role": "user", "content": self.user_message(item, prompts)}]
+        answer, reason, calls = answer_with_skills(reader, messages, complete, self.max_calls)
+        seen = {"installed": reader.installed(), "skills_loaded": reader.loaded, "files_read": reader.read}
+        if item.get("trigger") is not None:  # a trigger eval: only whether the target used the skill counts
+            outcome = trigger_outcome(item, reader.trained.name in reader.loaded, reader.loaded, answer or "",
+                                      messages)
+            outcome = replace(outcome, trajectory={**(outcome.trajectory or {}), **seen})
+        elif answer is None:
+            outcome = RolloutOutcome(0.0, 0.0, reason, "", messages, item.get("task_type", ""),
+                                     trajectory={"messages": messages, **seen})
+        else:
+            outcome = self.grade(item, answer, messages, prompts, judge, truncated=calls[-1].truncated)
+            outcome = replace(outcome, trajectory={**(outcome.trajectory or {}), **seen})
+        return replace(outcome, calls=calls + outcome.calls, turns=len(calls), skills_loaded=list(reader.loaded),
+                       files_read=list(reader.read))
+
+    def grade(self, item: dict[str, Any], output: str, convo: list[dict[str, Any]], prompts: dict[str, str],
+              judge: JudgeCall | None, truncated: bool = False) -> RolloutOutcome:
+        """The outcome of `output` graded against the item's checks: the assertions here, the rest by `judge`
+        (its calls in `calls`)."""
+        task_type = item.get("task_type", "")
         graded = eval_item(item)
         checks = [_checked(graded.assertions[r.index], r) for r in
                   (grade_assertion(n, a, output, graded) for n, a in enumerate(graded.assertions))
@@ -177,7 +236,7 @@ class EvalsEnv(SkillEnv):
                 if isinstance(read, str):
                     record = {"messages": convo, "grading": {"checks": checks, "judge_error": read}}
                     return RolloutOutcome(0.0, 0.0, f"rollout_error: judge: {read}", output, convo, task_type,
-                                          result, calls=calls, trajectory=record)
+                                          calls=calls, trajectory=record)
                 samples.append(read)
             decided = majority(statements, samples)
         checks += [{"kind": d.statement.kind, "text": d.statement.text, "weight": d.statement.weight,
@@ -189,11 +248,11 @@ class EvalsEnv(SkillEnv):
         failed = [c for c in checks if c["passed"] is False and c["weight"] > 0]
         reason = "" if hard else (f"failed {len(failed)} of {len(counted)} checks: {failed[0]['text'][:200]}"
                                   if failed else "nothing graded")
-        if result.truncated and reason:
+        if truncated and reason:
             reason += " (reply truncated at max_tokens)"
         record = {"messages": convo, "grading": {"checks": checks, "agreement": agreement(decided),
                                                  "judge_calls": len(calls)}}
-        return RolloutOutcome(hard, min(soft, 1.0) if not hard else 1.0, reason, output, convo, task_type, result,
+        return RolloutOutcome(hard, min(soft, 1.0) if not hard else 1.0, reason, output, convo, task_type,
                               calls=calls, trajectory=record)
 
     def _seeds(self) -> list[int | None]:
@@ -205,9 +264,12 @@ class EvalsEnv(SkillEnv):
 
     def reflection_view(self, trajectory: Any) -> dict[str, Any]:
         """The conversation without the skill, and each check with its verdict and evidence (the analysts see
-        train items only; the judge's prompt never)."""
+        train items only; the judge's prompt never); with disclosure tools, which skills the target loaded."""
         view = super().reflection_view(trajectory)
         grading = trajectory.get("grading", {}) if isinstance(trajectory, dict) else {}
+        if isinstance(trajectory, dict) and "skills_loaded" in trajectory:
+            view.update(installed_skills=trajectory.get("installed", []),
+                        skills_loaded=trajectory["skills_loaded"], files_read=trajectory.get("files_read", []))
         view["checks"] = [{"check": c["text"], "passed": c["passed"], "evidence": c.get("evidence", "")}
                           for c in grading.get("checks", [])]
         return view

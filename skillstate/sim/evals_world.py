@@ -91,12 +91,40 @@ class EvalsWorld:
 
     def reply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
               seed: int | None = None) -> tuple[str, list[Any]]:
+        from skillstate.envs.disclosure import LOAD_SKILL
+
         system = next((str(m["content"]) for m in messages if m["role"] == "system"), "")
-        user = next((str(m["content"]) for m in reversed(messages) if m["role"] == "user"), "")
+        user = next((str(m["content"]) for m in messages if m["role"] == "user"), "")
         item = self.find_item(user)
         if item is None:
             return "I don't know what this task is.", []
+        if any(t.get("function", {}).get("name") == LOAD_SKILL for t in tools):  # disclosure: tools
+            return self._disclosed(messages, system, user, item, seed)
         return self.answer(system, item, seed), []
+
+    def _disclosed(self, messages: list[dict[str, Any]], system: str, user: str, item: dict[str, Any],
+                   seed: int | None) -> tuple[str, list[Any]]:
+        """Load the skills whose description fits the task (`fits`), then answer from what was loaded."""
+        from skillstate.envs.disclosure import LOAD_SKILL
+        from skillstate.llm.base import ToolCall
+        from skillstate.sim.disclosure import calls_made, catalogue_of
+
+        loads = [out for name, _args, out in calls_made(messages) if name == LOAD_SKILL]
+        if not loads:
+            wanted = sorted(name for name, description in catalogue_of(system).items() if fits(description, user))
+            if wanted:
+                return "", [ToolCall(f"call_load_{n}", LOAD_SKILL, json.dumps({"name": name}))
+                            for n, name in enumerate(wanted)]
+        return self.answer("\n".join(out for out in loads if not out.startswith("error:")), item, seed), []
+
+    def describe(self, old: str, missed: list[dict[str, Any]]) -> str | None:
+        """A description that also names the tasks the target did not use the skill for: two words of each of
+        the first two such tasks that it lacks (None when it lacks none)."""
+        have = words(old)
+        added: list[str] = []
+        for failure in missed[:2]:
+            added += [w for w in sorted(words(str(failure.get("task", ""))) - have - set(added))][:2]
+        return f"{old.rstrip('. ')}; also for {', '.join(added)}." if added else None
 
     def answer(self, skill: str, item: dict[str, Any], seed: int | None = None) -> str:
         lines: list[str] = []
@@ -120,6 +148,21 @@ class EvalsWorld:
         if whole is not None:
             return whole
         return "\n".join(first + lines) or "Done."
+
+
+_STOP = frozenset("""about also after before could does each from have here into make please some than that their
+them then there these they this those what when which while will with would your should user asks shares turns text
+good""".split())
+
+
+def words(text: str) -> set[str]:
+    """The content words of a text, as the sim agent matches a task to a skill's description."""
+    return {w for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 4 and w not in _STOP}
+
+
+def fits(description: str, task: str) -> bool:
+    """Whether the sim agent loads a skill with this description for this task: they share two content words."""
+    return len(words(description) & words(task)) >= 2
 
 
 def _witness(assertion: Assertion, item: dict[str, Any]) -> str | None:

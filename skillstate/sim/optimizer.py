@@ -311,6 +311,11 @@ class SimOptimizer:
         if not isinstance(front.get("description"), str):
             return None
         name, old = front.get("name"), str(front["description"]).strip()
+        own = getattr(self.world, "describe", None)  # a world that words descriptions its own way (env evals)
+        if own is not None:
+            text = own(old, [f for f in failures if isinstance(f, dict) and isinstance(f.get("skills_loaded"), list)
+                             and name not in f["skills_loaded"]])
+            return {"op": "describe", "target": "", "content": text} if text and len(text) <= 1024 else None
         missed = Counter(str(f.get("task_type", "")) for f in failures if isinstance(f, dict)
                          and isinstance(f.get("skills_loaded"), list) and name not in f["skills_loaded"])
         kinds = [t for t, _n in sorted(missed.items(), key=lambda kv: (-kv[1], kv[0]))
