@@ -77,7 +77,7 @@ def test_env_config_is_validated_by_the_environments_model(example_on_path, tmp_
 
 
 @pytest.mark.parametrize("name,words", [
-    ("nope", "unknown env 'nope' (known: qa"),
+    ("nope", "unknown env 'nope' (known: evals, qa"),
     ("python:no_such_module_xyz:Env", "cannot import no_such_module_xyz: ModuleNotFoundError"),
     ("python:test_custom_env:Missing", "module test_custom_env has no Missing"),
     ("python:test_custom_env:NotAnEnv", "is not a skillstate environment"),

@@ -167,3 +167,11 @@ def test_the_sim_judge_finds_statements_in_the_output_and_errs_at_its_rate_deter
     assert judge_reply(messages, 3, 0.4) == judge_reply(messages, 3, 0.4)  # a function of the request
     flips = sum(json.loads(judge_reply(messages, s, 0.3))["verdicts"][0]["passed"] is False for s in range(200))
     assert 30 < flips < 90  # about 30 % of the verdicts wrong
+
+
+def test_the_engine_knows_which_built_in_environments_grade_with_a_judge_without_importing_them():
+    from skillstate.engine.loading import UNJUDGED_BUILTINS, judged
+    from skillstate.envs.registry import BUILTIN, resolve_env
+
+    assert set(UNJUDGED_BUILTINS) | {"evals"} == set(BUILTIN)
+    assert all(judged(name) == bool(getattr(resolve_env(name), "uses_judge", False)) for name in BUILTIN)

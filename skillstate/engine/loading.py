@@ -82,14 +82,21 @@ def roles_of(kind: str, env: str | None = None) -> tuple[str, ...]:
     return roles
 
 
+# The built-in environments that grade without a judge (envs.registry.BUILTIN but evals): known here by name, so
+# that reading a run's log imports no environment.
+UNJUDGED_BUILTINS = ("qa", "sql", "workspace", "textworld_express", "scienceworld")
+
+
 def judged(env: str) -> bool:
     """Whether environment `env` grades with a judge (False for one that cannot be imported here: a log read
     where its environment is not installed)."""
-    from skillstate.envs.registry import BUILTIN, resolve_env
+    if env == "evals":
+        return True
+    if env in UNJUDGED_BUILTINS:
+        return False
+    from skillstate.envs.registry import resolve_env
     from skillstate.errors import ConfigError
 
-    if env in BUILTIN:
-        return env == "evals"
     try:
         return bool(getattr(resolve_env(env), "uses_judge", False))
     except ConfigError:
