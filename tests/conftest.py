@@ -134,6 +134,19 @@ class Databases:
 SLOW_ENV = "SKILLSTATE_SLOW"
 
 
+def examples(full: int, sampled: int):
+    """A property test's budget, as its parameter `max_examples`: `sampled` examples in the default suite
+    ([sampled]), all `full` of them in the slow suite ([full] carries the slow marker). The test builds its
+    @given check inside, with @settings(max_examples=max_examples)."""
+    return pytest.mark.parametrize("max_examples", [pytest.param(sampled, id="sampled"),
+                                                    pytest.param(full, id="full", marks=pytest.mark.slow)])
+
+
+def slow_case(*values, **kw):
+    """One case of a sweep that only the slow suite runs (the default suite runs a sample of the sweep)."""
+    return pytest.param(*values, marks=pytest.mark.slow, **kw)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", f"slow: a long sweep, run only when ${SLOW_ENV} is set (.ci/run sets it)")
     config.addinivalue_line("markers", "textworlds: needs Java and the textworlds extra (TextWorldExpress, "

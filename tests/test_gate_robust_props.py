@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from conftest import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -141,30 +142,34 @@ def cases(draw):
     return candidate, current, order, rule, draw(st.floats(0, 1)), draw(st.floats(0, 1))
 
 
-@settings(max_examples=1000, deadline=None)
-@given(cases())
-def test_an_early_reject_under_the_robust_rules_is_the_decision_a_full_evaluation_gives(case):
-    candidate, current, order, rule, cand_density, cur_density = case
-    cur_score = split_score(current, rule, cur_density)
-    ref = Reference(score=cur_score, by_type=type_values(current, rule), outcomes=[current[i] for i in order])
-    ordered = [candidate[i] for i in order]
-    found = robust_reject_point(ordered, ref, cand_density, rule)
-    full = full_decision(candidate, current, rule, cand_density, cur_density)
-    if found is None:
-        return  # the engine scores every item and decides from them: the full decision by definition
-    k, verdict = found
-    assert 1 <= k < len(candidate) and verdict.certain
-    assert full == gate.REJECT
-    assert split_score(candidate, rule, cand_density) <= verdict.bound + gate.ROUNDING_SLACK
-    # the fewest items: no shorter prefix proves it
-    assert robust_reject_point(ordered[: k - 1], ref, cand_density, rule) is None
-    # and every other completion of the unscored items is rejected too (here: all of them fail, or copy current)
-    for rest in ([(0.0, 0.0, t) for _, _, t in ordered[k:]], [current[i] for i in order[k:]]):
-        completed = ordered[:k] + rest
-        back = [None] * len(order)
-        for pos, i in enumerate(order):
-            back[i] = completed[pos]
-        assert full_decision(back, current, rule, cand_density, cur_density) == gate.REJECT
+@examples(full=1000, sampled=200)
+def test_an_early_reject_under_the_robust_rules_is_the_decision_a_full_evaluation_gives(max_examples):
+    @given(cases())
+    @settings(max_examples=max_examples, deadline=None)
+    def check(case):
+        candidate, current, order, rule, cand_density, cur_density = case
+        cur_score = split_score(current, rule, cur_density)
+        ref = Reference(score=cur_score, by_type=type_values(current, rule), outcomes=[current[i] for i in order])
+        ordered = [candidate[i] for i in order]
+        found = robust_reject_point(ordered, ref, cand_density, rule)
+        full = full_decision(candidate, current, rule, cand_density, cur_density)
+        if found is None:
+            return  # the engine scores every item and decides from them: the full decision by definition
+        k, verdict = found
+        assert 1 <= k < len(candidate) and verdict.certain
+        assert full == gate.REJECT
+        assert split_score(candidate, rule, cand_density) <= verdict.bound + gate.ROUNDING_SLACK
+        # the fewest items: no shorter prefix proves it
+        assert robust_reject_point(ordered[: k - 1], ref, cand_density, rule) is None
+        # and every other completion of the unscored items is rejected too (here: all of them fail, or copy current)
+        for rest in ([(0.0, 0.0, t) for _, _, t in ordered[k:]], [current[i] for i in order[k:]]):
+            completed = ordered[:k] + rest
+            back = [None] * len(order)
+            for pos, i in enumerate(order):
+                back[i] = completed[pos]
+            assert full_decision(back, current, rule, cand_density, cur_density) == gate.REJECT
+
+    check()
 
 
 @settings(max_examples=500, deadline=None)
