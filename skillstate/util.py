@@ -117,7 +117,10 @@ def chunked(items: list[T], size: int) -> list[list[T]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-_URL_CRED_RE = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+# A scheme starts at the first letter of a run of scheme characters (`lead` keeps the digits, `+`, `.` or `-`
+# before it). The lookbehind tries each run once: unanchored, a long run without `://` (100,000 characters of
+# echoed input) was scanned again from each of its characters, 20 s for one error line.
+_URL_CRED_RE = re.compile(r"(?<![a-zA-Z0-9+.-])(?P<lead>[0-9+.-]*)(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 _SECRET_RE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{8,}|Bearer\s+[A-Za-z0-9_\-.=]{8,})")
 
 # The secrets this process holds (each role's API key, registered where it is read), masked by `redact`
@@ -146,5 +149,5 @@ def redact(text: str) -> str:
     """Mask credentials in URLs, API-key-looking tokens and every secret registered (`register_secret`)."""
     if _secrets_re is not None:
         text = _secrets_re.sub("***", text)
-    text = _URL_CRED_RE.sub(lambda m: m.group("scheme") + "***@", text)
+    text = _URL_CRED_RE.sub(lambda m: m.group("lead") + m.group("scheme") + "***@", text)
     return _SECRET_RE.sub("***", text)

@@ -4,10 +4,14 @@ sim server."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import sqlite3
 import sys
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -130,6 +134,19 @@ class Databases:
 SLOW_ENV = "SKILLSTATE_SLOW"
 
 
+def examples(full: int, sampled: int):
+    """A property test's budget, as its parameter `max_examples`: `sampled` examples in the default suite
+    ([sampled]), all `full` of them in the slow suite ([full] carries the slow marker). The test builds its
+    @given check inside, with @settings(max_examples=max_examples)."""
+    return pytest.mark.parametrize("max_examples", [pytest.param(sampled, id="sampled"),
+                                                    pytest.param(full, id="full", marks=pytest.mark.slow)])
+
+
+def slow_case(*values, **kw):
+    """One case of a sweep that only the slow suite runs (the default suite runs a sample of the sweep)."""
+    return pytest.param(*values, marks=pytest.mark.slow, **kw)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", f"slow: a long sweep, run only when ${SLOW_ENV} is set (.ci/run sets it)")
     config.addinivalue_line("markers", "textworlds: needs Java and the textworlds extra (TextWorldExpress, "
@@ -192,6 +209,38 @@ def finished_run(tmp_path_factory):
     result = Trainer(small_config(), store=store, run_id="base", on_progress=rec).train()
     yield store, result, rec
     store.close()
+
+
+class RunTemplates:
+    """Finished runs built once per test process, each in a SQLite file of its own: a test that reads, forks,
+    resumes or damages a finished run starts from a byte copy of that file (the same run ids, events, hashes and
+    calls) instead of training it again. Under xdist each worker builds its own (a session fixture is per process),
+    in its own temporary folder."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.built: set[str] = set()
+
+    def copy(self, name: str, build: Callable[[str], None], dest: Path) -> str:
+        """The SQLite URL of `dest`, a copy of the template `name`; `build(url)` writes the template into an empty
+        database the first time."""
+        src = self.folder / f"{name}.db"
+        if name not in self.built:
+            for path in (src, Path(f"{src}-wal"), Path(f"{src}-shm")):
+                path.unlink(missing_ok=True)  # what a build that failed left
+            build(f"sqlite:///{src}")
+            # the whole log into the file itself (a store the build left open may still hold part of it in the WAL)
+            with contextlib.closing(sqlite3.connect(src)) as conn:
+                busy, frames, moved = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            assert busy == 0 and frames == moved, f"template {name}: the WAL was not written back ({frames}, {moved})"
+            self.built.add(name)
+        shutil.copyfile(src, dest)
+        return f"sqlite:///{dest}"
+
+
+@pytest.fixture(scope="session")
+def run_templates(tmp_path_factory) -> RunTemplates:
+    return RunTemplates(tmp_path_factory.mktemp("templates"))
 
 
 @pytest.fixture(scope="session")

@@ -15,12 +15,21 @@ from skillstate.storage.store import Store, blobs, events, llm_calls
 from skillstate.trainer import Trainer
 
 
-@pytest.fixture
-def run_db(tmp_path):
-    url = f"sqlite:///{tmp_path / 'a.db'}"
+def _run_and_fork(url):
     store = Store(url)
-    Trainer(small_config(num_epochs=1), store=store, run_id="r").train()
-    Trainer(store=store, run_id="r").fork(1, {"edit_budget": 3}, "f").train()
+    try:
+        Trainer(small_config(num_epochs=1), store=store, run_id="r").train()
+        Trainer(store=store, run_id="r").fork(1, {"edit_budget": 3}, "f").train()
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def run_db(tmp_path, run_templates):
+    """A finished run `r` and its finished fork `f` (a copy of one built once per worker: each test damages its
+    own)."""
+    url = run_templates.copy("audit_run_and_fork", _run_and_fork, tmp_path / "a.db")
+    store = Store(url)
     yield store, url
     store.close()
 

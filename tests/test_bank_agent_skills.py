@@ -3,6 +3,7 @@ skill becomes a valid skill with a unique name, whatever its title."""
 
 from __future__ import annotations
 
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from run_helpers import call
@@ -18,21 +19,25 @@ skill = st.builds(lambda title, principle, when, category: BankSkill.make(
     text, text, text, st.one_of(st.none(), st.sampled_from(["arithmetic", "reading"])))
 
 
-@given(st.lists(skill, max_size=8), st.lists(text, max_size=3))
-@settings(max_examples=200, deadline=None)
-def test_every_bank_skill_becomes_a_valid_agent_skill_with_a_name_of_its_own(skills, mistakes):
-    unique = list({s.id: s for s in skills}.values())
-    kept = {" ".join(m.split()).casefold(): m for m in mistakes if m.strip()}  # a bank holds each mistake once
-    bank = Bank(skills=tuple(unique), mistakes=tuple(kept.values()))
-    out = bank_skill_trees(bank)
-    names = [name for name, _ in out]
-    assert len(set(names)) == len(names) == len(bank.skills) + (1 if bank.mistakes else 0)
-    for name, tree in out:
-        assert name_problem(name) is None
-        report = validate_skill(tree, name)
-        assert report.ok, report.errors
-        front = parse_front_matter(tree[SKILL_MD].text)
-        assert front is not None and front.fields["name"] == name and front.fields["description"].strip()
+@examples(full=200, sampled=40)
+def test_every_bank_skill_becomes_a_valid_agent_skill_with_a_name_of_its_own(max_examples):
+    @given(st.lists(skill, max_size=8), st.lists(text, max_size=3))
+    @settings(max_examples=max_examples, deadline=None)
+    def check(skills, mistakes):
+        unique = list({s.id: s for s in skills}.values())
+        kept = {" ".join(m.split()).casefold(): m for m in mistakes if m.strip()}  # a bank holds each mistake once
+        bank = Bank(skills=tuple(unique), mistakes=tuple(kept.values()))
+        out = bank_skill_trees(bank)
+        names = [name for name, _ in out]
+        assert len(set(names)) == len(names) == len(bank.skills) + (1 if bank.mistakes else 0)
+        for name, tree in out:
+            assert name_problem(name) is None
+            report = validate_skill(tree, name)
+            assert report.ok, report.errors
+            front = parse_front_matter(tree[SKILL_MD].text)
+            assert front is not None and front.fields["name"] == name and front.fields["description"].strip()
+
+    check()
 
 
 def test_names_are_readable_and_bounded():

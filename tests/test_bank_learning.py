@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import small_config
+from conftest import slow_case, small_config
 
 from skillstate.bank.document import read_bank
 from skillstate.engine.runner import lineage_events
@@ -34,7 +34,7 @@ def _train(tmp_path, run_id: str, on_progress=None, **kw):
     return store, result
 
 
-@pytest.mark.parametrize("seed", [42, 7, 2024])
+@pytest.mark.parametrize("seed", [42, slow_case(7), slow_case(2024)])  # a sample by default, all when slow
 def test_the_bank_kept_after_each_validation_never_scores_lower_than_the_one_before(tmp_path, seed):
     """With gate_distillation (the default) the bank each validation leaves current scores at least what the
     bank last kept scored: distilled skills that made it worse are rolled back, and an evolved bank is kept only

@@ -15,13 +15,16 @@ def runner():
     return CliRunner()
 
 
-@pytest.fixture
-def cli_db(tmp_path, runner):
-    """A database holding one finished small sim run with id `base`."""
-    url = f"sqlite:///{tmp_path / 'cli.db'}"
-    res = runner.invoke(cli, ["run", "--run-id", "base", "--epochs", "2", "--db", url])
+def _base_run(url):
+    res = CliRunner().invoke(cli, ["run", "--run-id", "base", "--epochs", "2", "--db", url])
     assert res.exit_code == 0, res.output
-    return url
+
+
+@pytest.fixture
+def cli_db(tmp_path, run_templates):
+    """A database holding one finished small sim run with id `base` (a copy of one `skillstate run` built once
+    per worker)."""
+    return run_templates.copy("cli_base", _base_run, tmp_path / "cli.db")
 
 
 def call(runner, *args, code=0):

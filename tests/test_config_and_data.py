@@ -55,6 +55,8 @@ def test_unknown_keys_suggest_the_closest():
 
 def test_redaction():
     assert redact("https://alice:pw@example.com/v1") == "https://***@example.com/v1"
+    # a scheme starts at the first letter of its run of scheme characters; what precedes it is kept
+    assert redact("url=1-git+ssh://bob:pw@host a.b://c@d") == "url=1-git+ssh://***@host a.b://***@d"
     assert "sk-" not in redact("key sk-abcdefghijklmnop and Bearer abcdefghijklmnop")
     c = build_config(overrides={"target.base_url": "http://u:secret@h/v1"})
     assert public_config(c)["target"]["base_url"] == "http://***@h/v1"

@@ -5,7 +5,7 @@ evaluation gives."""
 from __future__ import annotations
 
 import pytest
-from conftest import small_config
+from conftest import examples, slow_case, small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -41,59 +41,71 @@ def full_gate(outcomes, metric, weight, density, density_weight) -> float:
     return gate.with_density(gate.gate_score(hard, soft, metric, weight), density, density_weight)
 
 
-@given(cases())
-@settings(max_examples=1500, deadline=None)
-def test_an_early_reject_is_always_the_decision_a_full_evaluation_gives(case):
-    outcomes, order, metric, weight, density, density_weight, current = case
-    ordered = [outcomes[i] for i in order]
-    found = gate.early_reject_point(ordered, len(outcomes), current, metric, weight, density, density_weight)
-    full = full_gate(outcomes, metric, weight, density, density_weight)
-    if found is not None:
-        k, bound = found
-        assert 1 <= k < len(outcomes)
-        assert full <= bound + gate.ROUNDING_SLACK
-        assert gate.decide(full, current, max(current, full)) == gate.REJECT
-        # the fewest items: no shorter prefix proves it
-        assert gate.early_reject_point(ordered[: k - 1], len(outcomes), current, metric, weight, density,
-                                       density_weight) is None or k == 1
+@examples(full=1500, sampled=300)
+def test_an_early_reject_is_always_the_decision_a_full_evaluation_gives(max_examples):
+    @given(cases())
+    @settings(max_examples=max_examples, deadline=None)
+    def check(case):
+        outcomes, order, metric, weight, density, density_weight, current = case
+        ordered = [outcomes[i] for i in order]
+        found = gate.early_reject_point(ordered, len(outcomes), current, metric, weight, density, density_weight)
+        full = full_gate(outcomes, metric, weight, density, density_weight)
+        if found is not None:
+            k, bound = found
+            assert 1 <= k < len(outcomes)
+            assert full <= bound + gate.ROUNDING_SLACK
+            assert gate.decide(full, current, max(current, full)) == gate.REJECT
+            # the fewest items: no shorter prefix proves it
+            assert gate.early_reject_point(ordered[: k - 1], len(outcomes), current, metric, weight, density,
+                                           density_weight) is None or k == 1
+
+    check()
 
 
-@given(cases(), st.sampled_from([0.0, 0.0, 0.05]))
-@settings(max_examples=1500, deadline=None)
-def test_the_prefix_test_finds_the_same_point_as_the_whole_scan(case, cost):
-    # gate.reject_after tests one prefix; extended an item at a time, it first proves a reject at the point
-    # early_reject_point finds, with the same bound (bit for bit), and never where it finds none
-    outcomes, order, metric, weight, density, density_weight, current = case
-    ordered = [outcomes[i] for i in order]
-    n = len(ordered)
-    found = gate.early_reject_point(ordered, n, current, metric, weight, density, density_weight, cost)
-    first = next((hit for k in range(n + 1)
-                  if (hit := gate.reject_after(ordered[:k], n, current, metric, weight, density, density_weight,
-                                               cost)) is not None), None)
-    assert first == found
+@examples(full=1500, sampled=300)
+def test_the_prefix_test_finds_the_same_point_as_the_whole_scan(max_examples):
+    @given(cases(), st.sampled_from([0.0, 0.0, 0.05]))
+    @settings(max_examples=max_examples, deadline=None)
+    def check(case, cost):
+        # gate.reject_after tests one prefix; extended an item at a time, it first proves a reject at the point
+        # early_reject_point finds, with the same bound (bit for bit), and never where it finds none
+        outcomes, order, metric, weight, density, density_weight, current = case
+        ordered = [outcomes[i] for i in order]
+        n = len(ordered)
+        found = gate.early_reject_point(ordered, n, current, metric, weight, density, density_weight, cost)
+        first = next((hit for k in range(n + 1)
+                      if (hit := gate.reject_after(ordered[:k], n, current, metric, weight, density, density_weight,
+                                                   cost)) is not None), None)
+        assert first == found
+
+    check()
 
 
-@given(cases(), st.integers(1, 8))
-@settings(max_examples=800, deadline=None)
-def test_items_go_out_no_further_than_the_reject_can_come(case, width):
-    # scoring.send_limit: from any scored prefix, the items it lets out all lie inside the prefix that proves the
-    # reject, so none of them goes unused; and it lets at least one out, so the evaluation always moves on
-    outcomes, order, metric, weight, density, density_weight, current = case
-    ordered = [outcomes[i] for i in order]
-    n = len(ordered)
-    items = [{"id": f"i{i}", "task_type": "t"} for i in range(n)]
-    results = [ItemResult(item_id=f"i{i}", task_type="t", hard=h, soft=s) for i, (h, s) in enumerate(ordered)]
+@examples(full=800, sampled=160)
+def test_items_go_out_no_further_than_the_reject_can_come(max_examples):
+    @given(cases(), st.integers(1, 8))
+    @settings(max_examples=max_examples, deadline=None)
+    def check(case, width):
+        # scoring.send_limit: from any scored prefix, the items it lets out all lie inside the prefix that proves the
+        # reject, so none of them goes unused; and it lets at least one out, so the evaluation always moves on
+        outcomes, order, metric, weight, density, density_weight, current = case
+        ordered = [outcomes[i] for i in order]
+        n = len(ordered)
+        items = [{"id": f"i{i}", "task_type": "t"} for i in range(n)]
+        results = [ItemResult(item_id=f"i{i}", task_type="t", hard=h, soft=s) for i, (h, s) in enumerate(ordered)]
 
-    def check(prefix):  # the engine's (scoring.reject_check)
-        return gate.reject_after([(r.hard, r.soft) for r in prefix], n, current, metric, weight, density,
-                                 density_weight)
+        def check(prefix):  # the engine's (scoring.reject_check)
+            return gate.reject_after([(r.hard, r.soft) for r in prefix], n, current, metric, weight, density,
+                                     density_weight)
 
-    found = gate.early_reject_point(ordered, n, current, metric, weight, density, density_weight)
-    stop = found[0] if found is not None else n
-    for done in range(stop):
-        reach = send_limit(check, failed_outcomes(items), results[:done], width)
-        assert 1 <= reach <= width
-        assert done + reach <= stop or found is None
+        found = gate.early_reject_point(ordered, n, current, metric, weight, density, density_weight)
+        stop = found[0] if found is not None else n
+        for done in range(stop):
+            reach = send_limit(check, failed_outcomes(items), results[:done], width)
+            assert 1 <= reach <= width
+            assert done + reach <= stop or found is None
+
+    check()
 
 
 @given(st.lists(st.sampled_from([0.0, 1.0]), min_size=2, max_size=30), st.integers(0, 30))
@@ -112,7 +124,7 @@ def test_with_the_hard_metric_a_tie_is_rejected_as_soon_as_it_is_certain(hards, 
         assert found is None
 
 
-@pytest.mark.parametrize("seed", [42, 7, 2024])
+@pytest.mark.parametrize("seed", [42, slow_case(7), slow_case(2024)])  # a sample by default, all when slow
 def test_decisions_are_identical_with_early_reject_on_and_off(tmp_path, seed):
     # The step buffer shows a rejected step's score after; an early reject knows only its bound, so with the
     # buffer on, later prompts (and so later proposals) differ. With it off, the runs must be the same.
@@ -142,12 +154,14 @@ def test_decisions_are_identical_with_early_reject_on_and_off(tmp_path, seed):
     assert report.ok and report.checked == report.total
 
 
-def test_a_gated_slow_update_is_rejected_early_with_the_decision_a_full_evaluation_gives(tmp_path):
+# by default seed 7 (both slow updates rejected early) and 2024 (neither); the slow suite all four
+@pytest.mark.parametrize("seeds", [pytest.param((7, 2024), id="sample"), slow_case((42, 7, 2024, 11), id="all")])
+def test_a_gated_slow_update_is_rejected_early_with_the_decision_a_full_evaluation_gives(tmp_path, seeds):
     # Seeds where the slow-updated skill loses: its evaluation stops early, the decision stays the same.
     cfg = dict(num_epochs=3, batch_size=60, use_slow_update=True, slow_update_gate=True, use_meta_skill=False,
                use_step_buffer=False)
     found = 0
-    for seed in (42, 7, 2024, 11):
+    for seed in seeds:
         runs = {}
         for on in (True, False):
             runs[on] = Trainer(small_config(seed=seed, early_reject_slow_update=on, **cfg),
@@ -195,8 +209,8 @@ def test_with_the_repair_on_a_noisy_target_early_reject_changes_no_decision(tmp_
             assert e.skill != ablated.candidate_skill  # only the repaired candidate may stop early
 
 
-@pytest.mark.parametrize("seed,order", [(12, "failed_first"), (3, "failed_first"), (5, "hardness"),
-                                        (7, "hardness")])
+@pytest.mark.parametrize("seed,order", [(12, "failed_first"), slow_case(3, "failed_first"), (5, "hardness"),
+                                        slow_case(7, "hardness")])  # one seed of each order by default
 def test_with_the_repair_pairing_early_rejects_prefix_early_reject_changes_no_decision(tmp_path, seed, order):
     # repair_prefix: early reject applies to the candidates the repair examines, and the repair pairs the items
     # early reject scores, computed the same way from a full evaluation: the same repairs and decisions either way;

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from conftest import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -79,21 +80,25 @@ def test_the_sign_test_p_value_is_the_binomial_tail(wins, losses):
     assert sign_test_p(wins + 1, losses) <= sign_test_p(wins, losses) <= sign_test_p(wins, losses + 1)
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.lists(outcome, min_size=1, max_size=40), rules(paired=True), st.floats(0, 1), st.floats(-1, 1))
-@example(outcomes=[(1.0, 1.0, "a")], rule=RobustRule("paired", 0.5), density=1.0, below=-1.0)
-def test_the_paired_gate_never_accepts_outcomes_identical_to_the_current_skills(outcomes, rule, density, below):
-    values = [item_value(h, s, rule) for h, s, _ in outcomes]
-    paired = paired_test(values, list(values), rule.confidence)
-    assert (paired.wins, paired.losses, paired.ties) == (0, 0, len(outcomes)) and not paired.passed
-    # even when the score beats the current one (a density bonus, a different current score), it rejects
-    score = split_score(outcomes, rule, density)
-    current = score + below * 0.5
-    guard = None if rule.type_margin is None else type_guard(type_values(outcomes, rule),
-                                                             type_values(outcomes, rule), rule.type_margin)
-    decision, reason, forced = gating.decision(score, current, min(current, score), True, paired, guard,
-                                               config(rule))
-    assert decision == gate.REJECT and not forced and "paired 0 won, 0 lost" in reason
+@examples(full=400, sampled=80)
+def test_the_paired_gate_never_accepts_outcomes_identical_to_the_current_skills(max_examples):
+    @given(st.lists(outcome, min_size=1, max_size=40), rules(paired=True), st.floats(0, 1), st.floats(-1, 1))
+    @settings(max_examples=max_examples, deadline=None)
+    @example(outcomes=[(1.0, 1.0, "a")], rule=RobustRule("paired", 0.5), density=1.0, below=-1.0)
+    def check(outcomes, rule, density, below):
+        values = [item_value(h, s, rule) for h, s, _ in outcomes]
+        paired = paired_test(values, list(values), rule.confidence)
+        assert (paired.wins, paired.losses, paired.ties) == (0, 0, len(outcomes)) and not paired.passed
+        # even when the score beats the current one (a density bonus, a different current score), it rejects
+        score = split_score(outcomes, rule, density)
+        current = score + below * 0.5
+        guard = None if rule.type_margin is None else type_guard(type_values(outcomes, rule),
+                                                                 type_values(outcomes, rule), rule.type_margin)
+        decision, reason, forced = gating.decision(score, current, min(current, score), True, paired, guard,
+                                                   config(rule))
+        assert decision == gate.REJECT and not forced and "paired 0 won, 0 lost" in reason
+
+    check()
 
 
 @settings(max_examples=300, deadline=None)
@@ -113,19 +118,23 @@ def test_with_hard_scores_the_paired_test_is_mcnemar_on_the_discordant_pairs(pai
 # --- the per-type guard ----------------------------------------------------------------
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.dictionaries(st.sampled_from(TYPES), st.tuples(score, score), min_size=1), st.floats(0, 1))
-def test_the_type_guard_rejects_exactly_when_some_types_loss_exceeds_the_margin(pairs, m):
-    current = {t: a for t, (a, _) in pairs.items()}
-    candidate = {t: c for t, (_, c) in pairs.items()}
-    guard = type_guard(current, candidate, m)
-    over = any(current[t] - candidate[t] > m for t in current)
-    assert guard.passed == (not over)
-    assert guard.losses == {t: current[t] - candidate[t] for t in current}
-    # in the decision: a candidate that beats the current score is rejected exactly then
-    decision, reason, _ = gating.decision(0.9, 0.5, 0.6, True, None, guard, SkillConfig(gate_type_margin=m))
-    assert (decision == gate.REJECT) == over
-    assert ("type guard" in reason) and ((" > " in reason.split("type guard")[1]) == over)
+@examples(full=400, sampled=80)
+def test_the_type_guard_rejects_exactly_when_some_types_loss_exceeds_the_margin(max_examples):
+    @given(st.dictionaries(st.sampled_from(TYPES), st.tuples(score, score), min_size=1), st.floats(0, 1))
+    @settings(max_examples=max_examples, deadline=None)
+    def check(pairs, m):
+        current = {t: a for t, (a, _) in pairs.items()}
+        candidate = {t: c for t, (_, c) in pairs.items()}
+        guard = type_guard(current, candidate, m)
+        over = any(current[t] - candidate[t] > m for t in current)
+        assert guard.passed == (not over)
+        assert guard.losses == {t: current[t] - candidate[t] for t in current}
+        # in the decision: a candidate that beats the current score is rejected exactly then
+        decision, reason, _ = gating.decision(0.9, 0.5, 0.6, True, None, guard, SkillConfig(gate_type_margin=m))
+        assert (decision == gate.REJECT) == over
+        assert ("type guard" in reason) and ((" > " in reason.split("type guard")[1]) == over)
+
+    check()
 
 
 # --- early reject under the robust rules ----------------------------------------------------
@@ -141,51 +150,59 @@ def cases(draw):
     return candidate, current, order, rule, draw(st.floats(0, 1)), draw(st.floats(0, 1))
 
 
-@settings(max_examples=1000, deadline=None)
-@given(cases())
-def test_an_early_reject_under_the_robust_rules_is_the_decision_a_full_evaluation_gives(case):
-    candidate, current, order, rule, cand_density, cur_density = case
-    cur_score = split_score(current, rule, cur_density)
-    ref = Reference(score=cur_score, by_type=type_values(current, rule), outcomes=[current[i] for i in order])
-    ordered = [candidate[i] for i in order]
-    found = robust_reject_point(ordered, ref, cand_density, rule)
-    full = full_decision(candidate, current, rule, cand_density, cur_density)
-    if found is None:
-        return  # the engine scores every item and decides from them: the full decision by definition
-    k, verdict = found
-    assert 1 <= k < len(candidate) and verdict.certain
-    assert full == gate.REJECT
-    assert split_score(candidate, rule, cand_density) <= verdict.bound + gate.ROUNDING_SLACK
-    # the fewest items: no shorter prefix proves it
-    assert robust_reject_point(ordered[: k - 1], ref, cand_density, rule) is None
-    # and every other completion of the unscored items is rejected too (here: all of them fail, or copy current)
-    for rest in ([(0.0, 0.0, t) for _, _, t in ordered[k:]], [current[i] for i in order[k:]]):
-        completed = ordered[:k] + rest
+@examples(full=1000, sampled=200)
+def test_an_early_reject_under_the_robust_rules_is_the_decision_a_full_evaluation_gives(max_examples):
+    @given(cases())
+    @settings(max_examples=max_examples, deadline=None)
+    def check(case):
+        candidate, current, order, rule, cand_density, cur_density = case
+        cur_score = split_score(current, rule, cur_density)
+        ref = Reference(score=cur_score, by_type=type_values(current, rule), outcomes=[current[i] for i in order])
+        ordered = [candidate[i] for i in order]
+        found = robust_reject_point(ordered, ref, cand_density, rule)
+        full = full_decision(candidate, current, rule, cand_density, cur_density)
+        if found is None:
+            return  # the engine scores every item and decides from them: the full decision by definition
+        k, verdict = found
+        assert 1 <= k < len(candidate) and verdict.certain
+        assert full == gate.REJECT
+        assert split_score(candidate, rule, cand_density) <= verdict.bound + gate.ROUNDING_SLACK
+        # the fewest items: no shorter prefix proves it
+        assert robust_reject_point(ordered[: k - 1], ref, cand_density, rule) is None
+        # and every other completion of the unscored items is rejected too (here: all of them fail, or copy current)
+        for rest in ([(0.0, 0.0, t) for _, _, t in ordered[k:]], [current[i] for i in order[k:]]):
+            completed = ordered[:k] + rest
+            back = [None] * len(order)
+            for pos, i in enumerate(order):
+                back[i] = completed[pos]
+            assert full_decision(back, current, rule, cand_density, cur_density) == gate.REJECT
+
+    check()
+
+
+@examples(full=500, sampled=100)
+def test_the_best_completion_is_accepted_whenever_no_reject_is_certain(max_examples):
+    @given(cases())
+    @settings(max_examples=max_examples, deadline=None)
+    def check(case):
+        # early reject is not only safe but tight: when the bound proves nothing after n - 1 items, the
+        # completion it assumed (the last item solved) is accepted by a full evaluation
+        candidate, current, order, rule, cand_density, cur_density = case
+        rule = RobustRule(rule.rule, rule.confidence, rule.type_margin, "hard", 0.5, 0.0)  # exact: no slack
+        if len(candidate) < 2:
+            return
+        cur_score = split_score(current, rule, cur_density)
+        ref = Reference(score=cur_score, by_type=type_values(current, rule), outcomes=[current[i] for i in order])
+        ordered = [candidate[i] for i in order]
+        verdict = best_completion(ordered[:-1], ref, cand_density, rule)
+        completed = ordered[:-1] + [(1.0, 1.0, ordered[-1][2])]
         back = [None] * len(order)
         for pos, i in enumerate(order):
             back[i] = completed[pos]
-        assert full_decision(back, current, rule, cand_density, cur_density) == gate.REJECT
+        accepted = full_decision(back, current, rule, cand_density, cur_density) != gate.REJECT
+        assert accepted == (not verdict.certain)
 
-
-@settings(max_examples=500, deadline=None)
-@given(cases())
-def test_the_best_completion_is_accepted_whenever_no_reject_is_certain(case):
-    # early reject is not only safe but tight: when the bound proves nothing after n - 1 items, the
-    # completion it assumed (the last item solved) is accepted by a full evaluation
-    candidate, current, order, rule, cand_density, cur_density = case
-    rule = RobustRule(rule.rule, rule.confidence, rule.type_margin, "hard", 0.5, 0.0)  # exact: no slack
-    if len(candidate) < 2:
-        return
-    cur_score = split_score(current, rule, cur_density)
-    ref = Reference(score=cur_score, by_type=type_values(current, rule), outcomes=[current[i] for i in order])
-    ordered = [candidate[i] for i in order]
-    verdict = best_completion(ordered[:-1], ref, cand_density, rule)
-    completed = ordered[:-1] + [(1.0, 1.0, ordered[-1][2])]
-    back = [None] * len(order)
-    for pos, i in enumerate(order):
-        back[i] = completed[pos]
-    accepted = full_decision(back, current, rule, cand_density, cur_density) != gate.REJECT
-    assert accepted == (not verdict.certain)
+    check()
 
 
 @settings(max_examples=300, deadline=None)

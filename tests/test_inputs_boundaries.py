@@ -103,8 +103,9 @@ class NanTurnScore(RoomsEnv):
 
 class Slow(QAEnv):
     def rollout(self, skill, item, complete, prompts):
+        import os
         import time
-        time.sleep(1.0)
+        time.sleep(float(os.environ.get("SLOW_ROLLOUT_S", "1.0")))
         return super().rollout(skill, item, complete, prompts)
 
 
@@ -414,7 +415,7 @@ def test_6_the_dashboard_on_a_port_in_use_is_one_line(tmp_path):
 # 7. Ctrl-C during eval -------------------------------------------------------------------------------------------
 
 
-def test_7_ctrl_c_during_eval_exits_130_and_names_the_saved_evaluation_run(bad_envs, tmp_path):
+def test_7_ctrl_c_during_eval_exits_130_and_names_the_saved_evaluation_run(bad_envs, tmp_path, monkeypatch):
     """A real SIGINT to a real process, once its evaluation run exists."""
     import os
     import signal
@@ -443,5 +444,6 @@ def test_7_ctrl_c_during_eval_exits_130_and_names_the_saved_evaluation_run(bad_e
     assert lines[0] == ("Error: interrupted; the evaluation run ev is saved: finish it with: "
                         f"skillstate resume ev --db {db}")
     assert invoke("audit", "ev", "--db", db).exit_code == 0
+    monkeypatch.setenv("SLOW_ROLLOUT_S", "0.01")  # the interrupt has landed: the rest need not take 1 s an item
     finished = invoke("resume", "ev", "-q", "--db", db)
     assert finished.exit_code == 0 and "eval run ev: evaluated" in finished.output, finished.output

@@ -11,7 +11,7 @@ import random
 
 import pytest
 from click.testing import CliRunner
-from conftest import Crash, small_config
+from conftest import Crash, examples, small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -199,30 +199,34 @@ def cases(draw):
     return outcomes, order, metric, draw(st.floats(0, 1, allow_nan=False)), cost, current
 
 
-@given(cases())
-@settings(max_examples=1500, deadline=None)
-def test_with_a_length_penalty_an_early_reject_is_the_decision_a_full_evaluation_gives(case):
-    outcomes, order, metric, weight, cost, current = case
-    n = len(outcomes)
-    ordered = [outcomes[i] for i in order]
-    full = gate.with_density(gate.gate_score(sum(h for h, _ in outcomes) / n, sum(s for _, s in outcomes) / n,
-                                             metric, weight), 0.0, 0.0, cost)
-    found = gate.early_reject_point(ordered, n, current, metric, weight, 0.0, 0.0, cost)
-    if found is not None:
-        k, bound = found
-        assert 1 <= k < n and full <= bound + gate.ROUNDING_SLACK
-        assert gate.decide(full, current, max(current, full)) == gate.REJECT
-    # the robust bound with the strict rule agrees with it, and the paired rule's proves a reject only when
-    # the full decision (score and sign test) is one
-    current_items = [(0.0, 0.0, "") for _ in outcomes]
-    for rule in (RobustRule("strict", 0.9, None, metric, weight), RobustRule("paired", 0.9, None, metric, weight)):
-        ref = Reference(score=current, by_type=type_values(current_items, rule), outcomes=current_items)
-        robust = robust_reject_point([(h, s, "") for h, s in ordered], ref, 0.0, rule, cost)
-        if rule.rule == "strict":
-            assert (robust[0] if robust else None) == (found[0] if found else None)
-        elif robust is not None:
-            assert full <= robust[1].bound + gate.ROUNDING_SLACK
-            assert robust[1].strict_certain or not robust[1].paired.passed
+@examples(full=1500, sampled=300)
+def test_with_a_length_penalty_an_early_reject_is_the_decision_a_full_evaluation_gives(max_examples):
+    @given(cases())
+    @settings(max_examples=max_examples, deadline=None)
+    def check(case):
+        outcomes, order, metric, weight, cost, current = case
+        n = len(outcomes)
+        ordered = [outcomes[i] for i in order]
+        full = gate.with_density(gate.gate_score(sum(h for h, _ in outcomes) / n, sum(s for _, s in outcomes) / n,
+                                                 metric, weight), 0.0, 0.0, cost)
+        found = gate.early_reject_point(ordered, n, current, metric, weight, 0.0, 0.0, cost)
+        if found is not None:
+            k, bound = found
+            assert 1 <= k < n and full <= bound + gate.ROUNDING_SLACK
+            assert gate.decide(full, current, max(current, full)) == gate.REJECT
+        # the robust bound with the strict rule agrees with it, and the paired rule's proves a reject only when
+        # the full decision (score and sign test) is one
+        current_items = [(0.0, 0.0, "") for _ in outcomes]
+        for rule in (RobustRule("strict", 0.9, None, metric, weight), RobustRule("paired", 0.9, None, metric, weight)):
+            ref = Reference(score=current, by_type=type_values(current_items, rule), outcomes=current_items)
+            robust = robust_reject_point([(h, s, "") for h, s in ordered], ref, 0.0, rule, cost)
+            if rule.rule == "strict":
+                assert (robust[0] if robust else None) == (found[0] if found else None)
+            elif robust is not None:
+                assert full <= robust[1].bound + gate.ROUNDING_SLACK
+                assert robust[1].strict_certain or not robust[1].paired.passed
+
+    check()
 
 
 @given(st.lists(st.sampled_from([0.0, 1.0]), min_size=2, max_size=30), st.integers(0, 30), st.integers(1, 2000))

@@ -12,6 +12,7 @@ import json
 from html import unescape
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from run_helpers import OLD_LOOP, call, log_of
@@ -57,24 +58,28 @@ def norm(clause: str) -> str:
     return clause.rstrip(".;").strip().lower()
 
 
-@settings(max_examples=300, deadline=None)
-@given(texts(), st.data())
-def test_leaving_out_a_clause_removes_that_clause_and_keeps_the_rest_and_the_plain_lines(text, data):
-    found = cl.clauses(text)
-    if not found:
-        with pytest.raises(IndexError):
-            cl.without(text, 0)
-        return
-    k = data.draw(st.integers(0, len(found) - 1))
-    out = cl.without(text, k)
-    assert [norm(c) for c in cl.clauses(out)] == [norm(c) for j, c in enumerate(found) if j != k]
-    plain = [ln for ln in text.split("\n") if not ln.strip() or ln.startswith("#")]
-    if not out.strip():  # the only clause left out, and nothing but blank lines beside it
-        assert len(found) == 1 and all(not ln.strip() for ln in plain)
-        return
-    lines = out.split("\n")
-    assert [ln for ln in lines if not ln.strip() or ln.startswith("#")] == plain
-    assert len(lines) in (len(text.split("\n")), len(text.split("\n")) - 1)
+@examples(full=300, sampled=60)
+def test_leaving_out_a_clause_removes_that_clause_and_keeps_the_rest_and_the_plain_lines(max_examples):
+    @given(texts(), st.data())
+    @settings(max_examples=max_examples, deadline=None)
+    def check(text, data):
+        found = cl.clauses(text)
+        if not found:
+            with pytest.raises(IndexError):
+                cl.without(text, 0)
+            return
+        k = data.draw(st.integers(0, len(found) - 1))
+        out = cl.without(text, k)
+        assert [norm(c) for c in cl.clauses(out)] == [norm(c) for j, c in enumerate(found) if j != k]
+        plain = [ln for ln in text.split("\n") if not ln.strip() or ln.startswith("#")]
+        if not out.strip():  # the only clause left out, and nothing but blank lines beside it
+            assert len(found) == 1 and all(not ln.strip() for ln in plain)
+            return
+        lines = out.split("\n")
+        assert [ln for ln in lines if not ln.strip() or ln.startswith("#")] == plain
+        assert len(lines) in (len(text.split("\n")), len(text.split("\n")) - 1)
+
+    check()
 
 
 def test_a_rule_joined_to_another_by_a_semicolon_is_two_clauses_kept_as_a_list_line():

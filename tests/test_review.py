@@ -193,12 +193,20 @@ def test_review_new_best_stops_only_at_a_new_best(tmp_path):
 # --- refusals: one line, exit 2, nothing appended ---------------------------------------------------------------
 
 
+def _waiting_and_done(url):
+    store = Store(url)
+    try:
+        waiting_run(store)
+        Trainer(fast(), store=store, run_id="done").train()
+    finally:
+        store.close()
+
+
 @pytest.fixture
-def waiting_db(tmp_path):
-    db = f"sqlite:///{tmp_path / 'w.db'}"
+def waiting_db(tmp_path, run_templates):
+    """Run `r` waiting for the review of step 1, run `done` completed (a copy of one built once per worker)."""
+    db = run_templates.copy("review_waiting_and_done", _waiting_and_done, tmp_path / "w.db")
     store = Store(db)
-    waiting_run(store)
-    Trainer(fast(), store=store, run_id="done").train()
     yield db, store
     store.close()
 

@@ -4,6 +4,7 @@ decision a decision implies always folds (the review fold's rules hold for what 
 
 from __future__ import annotations
 
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,39 +98,43 @@ def decisions(draw):
                               at="2026-01-01T00:00:00+00:00", comment=comment)
 
 
-@settings(max_examples=200)
-@given(case=decisions(), score=st.floats(min_value=0, max_value=1))
-def test_the_gate_decision_a_review_implies_always_folds(case, score):
-    req, decided = case
-    problem = decision_problem(req, decided)
-    if decided.dropped and (decided.decision != "approve" or req.verdict.decision not in ACCEPTED
-                            or len(decided.dropped) == len(req.edits)):
-        assert problem is not None  # the fold refuses it (and so does the desk, before appending)
-        return
-    assert problem is None
-    kept = rules.kept_candidate(req.verdict, decided)
-    rebuilt = score if kept and decided.dropped else None
-    fields = rules.closing(req.verdict, decided, rebuilt)
-    gate = GateDecided(step=1, **fields)
-    assert (gate.decision in ACCEPTED) == kept
-    if rebuilt is not None:
-        assert gate.candidate_score == score and gate.decision == ("accept_best" if score > 0.55 else "accept")
-        assert gate.forced == (score <= 0.5)
-    elif not kept:
-        assert gate.decision == "reject" and gate.candidate_score == req.verdict.candidate_score
-    else:
-        assert fields == {**req.verdict.model_dump(), "reason": fields["reason"]}
-    assert ("by timeout (review_default)" in gate.reason) == (decided.reviewer == "timeout")
-    progress = StepProgress(step=1, epoch=1, batch_item_ids=(), edit_budget=1, base_skill="b", review=req,
-                            review_decision=decided, review_rebuilt=rebuilt is not None)
-    if rebuilt is None:
-        check_gate(progress, gate)  # raises if the fold would refuse it
-    flipped = gate.model_copy(update={"decision": "reject" if kept else "accept"})
-    try:
-        check_gate(progress, flipped)
-        raise AssertionError("the fold took a gate decision its review does not imply")
-    except ReviewFoldError:
-        pass
+@examples(full=200, sampled=40)
+def test_the_gate_decision_a_review_implies_always_folds(max_examples):
+    @given(case=decisions(), score=st.floats(min_value=0, max_value=1))
+    @settings(max_examples=max_examples)
+    def check(case, score):
+        req, decided = case
+        problem = decision_problem(req, decided)
+        if decided.dropped and (decided.decision != "approve" or req.verdict.decision not in ACCEPTED
+                                or len(decided.dropped) == len(req.edits)):
+            assert problem is not None  # the fold refuses it (and so does the desk, before appending)
+            return
+        assert problem is None
+        kept = rules.kept_candidate(req.verdict, decided)
+        rebuilt = score if kept and decided.dropped else None
+        fields = rules.closing(req.verdict, decided, rebuilt)
+        gate = GateDecided(step=1, **fields)
+        assert (gate.decision in ACCEPTED) == kept
+        if rebuilt is not None:
+            assert gate.candidate_score == score and gate.decision == ("accept_best" if score > 0.55 else "accept")
+            assert gate.forced == (score <= 0.5)
+        elif not kept:
+            assert gate.decision == "reject" and gate.candidate_score == req.verdict.candidate_score
+        else:
+            assert fields == {**req.verdict.model_dump(), "reason": fields["reason"]}
+        assert ("by timeout (review_default)" in gate.reason) == (decided.reviewer == "timeout")
+        progress = StepProgress(step=1, epoch=1, batch_item_ids=(), edit_budget=1, base_skill="b", review=req,
+                                review_decision=decided, review_rebuilt=rebuilt is not None)
+        if rebuilt is None:
+            check_gate(progress, gate)  # raises if the fold would refuse it
+        flipped = gate.model_copy(update={"decision": "reject" if kept else "accept"})
+        try:
+            check_gate(progress, flipped)
+            raise AssertionError("the fold took a gate decision its review does not imply")
+        except ReviewFoldError:
+            pass
+
+    check()
 
 
 @given(case=skill_and_edits())

@@ -4,6 +4,7 @@ left with nothing is a skip with no gate calls."""
 
 from __future__ import annotations
 
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,28 +51,32 @@ edit = st.builds(Edit, op=st.sampled_from(["append", "insert_after", "replace", 
                  content=st.sampled_from(["", "- Be brief.", "- New rule.", "- Use SI units.", "- check TWICE."]))
 
 
-@given(lines, st.lists(edit, max_size=10))
-@settings(max_examples=300, deadline=None)
-def test_screening_keeps_exactly_the_edits_that_would_change_something(skill_lines, edits):
-    body = "\n".join(skill_lines) + "\n"
-    kept, dropped = screen_edits(body, "", edits)
-    assert sorted(kept + [d.index for d in dropped]) == list(range(len(edits)))
-    held = {normalize_line(line) for line in body.splitlines() if normalize_line(line)}
-    for i in kept:  # a kept edit, applied alone, changes the text and adds something the skill lacks
-        e = edits[i]
-        _, status = apply_edit(body, e)
-        assert status in CHANGED
-        if e.op in ("append", "insert_after"):
-            assert any(normalize_line(line) not in held for line in e.content.splitlines() if line.strip())
-    for d in dropped:
-        e = edits[d.index]
-        if d.reason == "duplicate":
-            assert any(edits[j].op == e.op for j in kept if j < d.index)
-        elif d.reason in ("target_absent", "empty_target", "no_change", "unknown_op", "empty_content"):
-            assert apply_edit(body, e)[0] == body or d.reason == "no_change"
-        else:
-            assert d.reason == "already_in_skill"
-            assert all(normalize_line(line) in held for line in e.content.splitlines() if line.strip())
+@examples(full=300, sampled=60)
+def test_screening_keeps_exactly_the_edits_that_would_change_something(max_examples):
+    @given(lines, st.lists(edit, max_size=10))
+    @settings(max_examples=max_examples, deadline=None)
+    def check(skill_lines, edits):
+        body = "\n".join(skill_lines) + "\n"
+        kept, dropped = screen_edits(body, "", edits)
+        assert sorted(kept + [d.index for d in dropped]) == list(range(len(edits)))
+        held = {normalize_line(line) for line in body.splitlines() if normalize_line(line)}
+        for i in kept:  # a kept edit, applied alone, changes the text and adds something the skill lacks
+            e = edits[i]
+            _, status = apply_edit(body, e)
+            assert status in CHANGED
+            if e.op in ("append", "insert_after"):
+                assert any(normalize_line(line) not in held for line in e.content.splitlines() if line.strip())
+        for d in dropped:
+            e = edits[d.index]
+            if d.reason == "duplicate":
+                assert any(edits[j].op == e.op for j in kept if j < d.index)
+            elif d.reason in ("target_absent", "empty_target", "no_change", "unknown_op", "empty_content"):
+                assert apply_edit(body, e)[0] == body or d.reason == "no_change"
+            else:
+                assert d.reason == "already_in_skill"
+                assert all(normalize_line(line) in held for line in e.content.splitlines() if line.strip())
+
+    check()
 
 
 def test_a_step_whose_edits_all_change_nothing_is_a_skip_without_gate_calls(tmp_path):
