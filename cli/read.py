@@ -103,7 +103,6 @@ def show(run_id, step, as_json, db) -> None:
     from skillstate.cli.render import history_lines, summary_text
     from skillstate.engine.loading import load_run
     from skillstate.reading.history import run_summary
-    from skillstate.reading.step_detail import step_detail
     from skillstate.storage.store import open_store
 
     store = open_store(db, create=False)
@@ -143,6 +142,8 @@ def show(run_id, step, as_json, db) -> None:
         else:
             click.echo(step_zero_text(zero))
         return
+    from skillstate.reading.step_detail import step_detail  # (its imports cost a summary 0.1 s)
+
     detail = step_detail(store, loaded, number)
     if as_json:
         echo_json(detail)

@@ -35,9 +35,14 @@ def test_same_seed_same_log_whatever_the_concurrency(tmp_path):
     assert drop(_payloads(a.store, "r")) == drop(_payloads(b.store, "r"))
 
 
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    """The uninterrupted run `r` the crash tests compare with (they only read it)."""
+    return Trainer(small_config(), db=f"sqlite:///{tmp_path_factory.mktemp('clean') / 'clean.db'}", run_id="r").train()
+
+
 @pytest.mark.parametrize("after_calls", [30, 95, 640])  # baseline, reflect/merge of step 1, mid run
-def test_resume_after_a_crash_mid_stage_reproduces_the_uninterrupted_run(tmp_path, after_calls):
-    clean = Trainer(small_config(), db=f"sqlite:///{tmp_path / 'clean.db'}", run_id="r").train()
+def test_resume_after_a_crash_mid_stage_reproduces_the_uninterrupted_run(tmp_path, after_calls, clean):
     store = Store(f"sqlite:///{tmp_path / 'crash.db'}")
     with pytest.raises(Crash):
         Trainer(small_config(), store=store, run_id="r", backend_factory=crashing_factory(after_calls)).train()
@@ -49,8 +54,7 @@ def test_resume_after_a_crash_mid_stage_reproduces_the_uninterrupted_run(tmp_pat
     assert_paid_once(store, "r")
 
 
-def test_resume_after_a_crash_between_events(tmp_path):
-    clean = Trainer(small_config(), db=f"sqlite:///{tmp_path / 'clean.db'}", run_id="r").train()
+def test_resume_after_a_crash_between_events(tmp_path, clean):
     store = Store(f"sqlite:///{tmp_path / 'crash.db'}")
 
     def die_after_rollout(p):

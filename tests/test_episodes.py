@@ -117,9 +117,17 @@ def test_an_invalid_run_ends_the_episode_with_a_clear_reason(tmp_path):
                for r in rollout.results)
 
 
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    """The uninterrupted rooms run `r` the crash tests compare with (they only read it)."""
+    with pytest.MonkeyPatch.context() as mp:  # (before the autouse fixture that puts the rooms env on the path)
+        mp.syspath_prepend(str(EXAMPLES / "custom_episode"))
+        return Trainer(rooms_config(), db=f"sqlite:///{tmp_path_factory.mktemp('clean') / 'clean.db'}",
+                       run_id="r").train()
+
+
 @pytest.mark.parametrize("after_calls", [40, 400])  # inside the baseline, inside a later rollout
-def test_resume_after_a_crash_mid_episode_stage_is_identical_and_pays_nothing_twice(tmp_path, after_calls):
-    clean = Trainer(rooms_config(), db=f"sqlite:///{tmp_path / 'clean.db'}", run_id="r").train()
+def test_resume_after_a_crash_mid_episode_stage_is_identical_and_pays_nothing_twice(tmp_path, after_calls, clean):
     store = Store(f"sqlite:///{tmp_path / 'crash.db'}")
     with pytest.raises(Crash):
         Trainer(rooms_config(), store=store, run_id="r", backend_factory=crashing_factory(after_calls)).train()

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from skillstate.config import ModelConfig, redact
 from skillstate.errors import ReplayMissError
 from skillstate.llm.base import FatalLLMError
 from skillstate.storage.store import Store
-from skillstate.util import canonical_json, sha256_text
+from skillstate.util import canonical_json, redact, sha256_text
+
+if TYPE_CHECKING:  # (the config's models cost a reader that only wants ROLE 0.1 s to import)
+    from skillstate.config import ModelConfig
 
 ROLE = "embedder"
 EMBED_BATCH = 128  # texts per embeddings request by default (`bank.embedding_batch`; OpenAI takes up to 2,048)
