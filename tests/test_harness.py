@@ -196,11 +196,12 @@ def test_the_agent_reaches_its_model_and_nothing_else(tmp_path):
 
 def test_an_agent_that_fails_or_hangs_is_a_failed_rollout_not_a_crash(tmp_path):
     data = tiny_data(tmp_path / "data", 1)
-    for name, command, reason in (
-            ("exit", ["bash", "-c", "echo broken >&2; exit 3"], "harness_failed"),
-            ("hang", ["bash", "-c", "sleep 600"], "harness_timeout")):
+    # the failing agent has 2 s to start and fail (a loaded machine); the hanging one is stopped after 1 s
+    for name, command, reason, wall in (
+            ("exit", ["bash", "-c", "echo broken >&2; exit 3"], "harness_failed", 2),
+            ("hang", ["bash", "-c", "sleep 600"], "harness_timeout", 1)):
         store = Store(f"sqlite:///{tmp_path / (name + '.db')}")
-        config = harness_config(data, command, wall_seconds=2, batch_size=1)
+        config = harness_config(data, command, wall_seconds=wall, batch_size=1)
         Trainer(config, store=store, run_id=name).train()
         trajs = trajectories(store, name)
         assert trajs and all(t["fail_reason"].startswith(reason) and not t["success"] for t in trajs)
