@@ -179,7 +179,9 @@ class EvalsEnv(SkillEnv):
         task_type = item.get("task_type", "")
         if self.installation is not None and skill:  # disclosure tools: the target sees the installed skills
             return self._disclosed(skill, item, complete, prompts, judge)
-        messages = [{"role": "system", "content": skill}, {"role": "user", "content": self.user_message(item, prompts)}]
+        # no skill (a run's score without one) is no system message at all, not an empty one
+        messages = [{"role": "system", "content": skill}] if skill else []
+        messages.append({"role": "user", "content": self.user_message(item, prompts)})
         result = complete(messages)
         if not result.ok:
             return RolloutOutcome(0.0, 0.0, f"rollout_error: {result.error}", "", messages, task_type, result)
