@@ -18,18 +18,31 @@ from skillstate.storage.store import Store
 TEST_LABELS = {"no_skill": "no skill", "baseline": "initial skill", "best": "trained skill", "eval": "skill"}
 
 
+def gradings(store: Store, results: list[Any]) -> dict[str, dict[str, Any]]:
+    """item id -> the `grading` its trajectory recorded (env evals: `checks`, `agreement`, `judge_error`), for
+    results (`ItemResult`s or their dumps) whose trajectories hold one."""
+    def trajectory(r: Any) -> str | None:
+        return r.get("trajectory") if isinstance(r, dict) else r.trajectory
+
+    blobs = store.get_blobs([h for r in results if (h := trajectory(r))])
+    out = {}
+    for r in results:
+        raw = blobs.get(trajectory(r) or "")
+        data = json.loads(raw) if raw and raw.startswith("{") else {}
+        if isinstance(data.get("grading"), dict):
+            out[r["item_id"] if isinstance(r, dict) else r.item_id] = data["grading"]
+    return out
+
+
 def item_gradings(store: Store, results_blob: str) -> list[dict[str, Any]]:
     """Each result of a results blob with its checks: `{"item_id", "hard", "soft", "prediction",
     "fail_reason", "checks": [{"kind", "text", "passed", "evidence", "votes", "weight"}], "agreement",
     "judge_error"}` (checks empty for a result whose trajectory holds no grading)."""
     results = json.loads(store.get_blob(results_blob))
-    hashes = [r["trajectory"] for r in results if r.get("trajectory")]
-    blobs = store.get_blobs(hashes) if hashes else {}
+    found = gradings(store, results)
     out = []
     for r in results:
-        raw = blobs.get(r.get("trajectory") or "")
-        trajectory = json.loads(raw) if raw else {}
-        grading = trajectory.get("grading", {}) if isinstance(trajectory, dict) else {}
+        grading = found.get(r["item_id"], {})
         out.append({"item_id": r["item_id"], "hard": r["hard"], "soft": r["soft"],
                     "prediction": r.get("prediction", ""), "fail_reason": r.get("fail_reason", ""),
                     "checks": grading.get("checks", []), "agreement": grading.get("agreement"),

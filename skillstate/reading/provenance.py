@@ -22,14 +22,12 @@ from skillstate.storage.store import Store
 def failed_checks(store: Store, results: list[Any]) -> list[dict[str, Any]]:
     """Env evals: the checks (expectations, assertions) the analyst's items failed, the most failed first, each
     with how many of the items failed it; empty for results whose trajectories hold no grading."""
-    import json
     from collections import Counter
 
-    blobs = store.get_blobs([r.trajectory for r in results if r.trajectory])
+    from skillstate.reading.grading import gradings
+
     failed: Counter[tuple[str, str]] = Counter()
-    for r in results:
-        raw = blobs.get(r.trajectory or "")
-        grading = json.loads(raw).get("grading", {}) if raw and raw.startswith("{") else {}
+    for grading in gradings(store, results).values():
         failed.update({(c["kind"], c["text"]) for c in grading.get("checks", []) if c.get("passed") is False})
     return [{"check": text, "kind": kind, "items": n}
             for (kind, text), n in sorted(failed.items(), key=lambda kv: (-kv[1], kv[0]))]

@@ -52,13 +52,12 @@ def _bank_skill(skill) -> dict[str, Any]:
 
 def rollout_checks(store: Store, results: list[Any]) -> list[dict[str, Any]]:
     """Each rolled-out item's checks with their verdicts and evidence (env evals), from its trajectory."""
-    import json
+    from skillstate.reading.grading import gradings
 
-    blobs = store.get_blobs([r.trajectory for r in results if r.trajectory])
+    found = gradings(store, results)
     out = []
     for r in results:
-        raw = blobs.get(r.trajectory or "")
-        grading = (json.loads(raw) if raw else {}).get("grading", {}) if raw and raw.startswith("{") else {}
+        grading = found.get(r.item_id, {})
         out.append({"item_id": r.item_id, "checks": [{"text": c["text"], "kind": c["kind"], "passed": c["passed"],
                                                        "evidence": c.get("evidence", "")}
                                                       for c in grading.get("checks", [])],
