@@ -146,6 +146,12 @@ class SkillConfig(Section):
     blocker_max_lines: int = Field(8, ge=1, description="blocker_search: the most lines of the current skill "
                                                          "ablated per search (those that arrived when the type's "
                                                          "score fell the most first), each whole and by clause.")
+    blocker_ablation: Literal["each", "group"] = Field(
+        "group", description="How blocker_search and prune_blockers roll out their ablations. group: a few items "
+                             "at a time, each ablation stopped once it could no longer lift half the items; the "
+                             "step's search first removes every searched line at once and ablates them one by one "
+                             "only when that lifts half the items (fewer calls); each: every ablation on every item "
+                             "(runs logged before group was the default read each).")
     edit_screen: Literal["off", "minibatch"] = Field(
         "off", description="minibatch: before selection, apply each merged edit alone to the current skill and roll "
                            "it out on a few failures its analysts were shown, of the types their summary names, and "
@@ -217,12 +223,13 @@ class SkillConfig(Section):
                             "remove references (needs disclosure tools, where the target reads them); auto: all "
                             "with disclosure tools, else skill_md. Fixed when the run is created.")
     eval_order: Literal["failed_first", "hardness", "split"] = Field(
-        "failed_first", description="The order early reject scores val items in: failed_first, those the current "
-                                    "skill failed first; hardness, within each of those groups the items that the "
-                                    "skills made current so far (the initial one included) failed most often first "
-                                    "(fewer items to a reject; with repair_prefix the repair pairs that prefix, the "
-                                    "same whether early reject is on or off); split, the split's own order (the "
-                                    "decisions are the same in every order).")
+        "hardness", description="The order early reject scores val items in: failed_first, those the current "
+                                "skill failed first; hardness, within each of those groups the items that the "
+                                "skills made current so far (the initial one included) failed most often first "
+                                "(fewer items to a reject; with repair_prefix the repair pairs that prefix, the "
+                                "same whether early reject is on or off); split, the split's own order (the "
+                                "decisions are the same in every order; runs logged before hardness was the "
+                                "default read failed_first).")
     early_reject_slow_update: bool = Field(
         True, description="With early_reject, also stop scoring a gated slow update (slow_update_gate) once it "
                           "cannot beat the current score.")

@@ -197,3 +197,47 @@ def test_the_search_on_no_items_or_no_lines_names_nothing():
     assert rules.stuck_items([("x", "a", 0.0), ("y", "b", 0.0), ("z", "a", 1.0), ("w", "a", 0.0)], "a", 5) == \
         ["x", "w"]
     random.seed(0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 0.5, 1.0]), st.sampled_from([0.0, 0.25, 1.0])), min_size=1,
+                max_size=8), st.data())
+def test_an_ablation_is_stopped_only_when_no_rest_of_its_outcomes_could_lift_half_the_items(pairs, data):
+    ablated, candidate = [a for a, _ in pairs], [c for _, c in pairs]
+    done = data.draw(st.integers(0, len(pairs)))
+    rest = data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=len(pairs) - done,
+                              max_size=len(pairs) - done))
+    finished = ablated[:done] + rest
+    if not rules.may_stand_out(ablated[:done], candidate):  # stopped: however it would have gone on ...
+        assert 2 * rules.lift(finished, candidate) < len(pairs)  # ... it could not have been named
+    if 2 * round(rules.lift(finished, candidate), 9) >= len(pairs):  # one that could be named is never stopped
+        assert all(rules.may_stand_out(finished[:k], candidate) for k in range(len(pairs) + 1))
+
+
+@settings(max_examples=150, deadline=None)
+@given(searches())
+def test_stopping_ablations_early_names_the_blocker_the_full_search_names(search):
+    """On failed stuck items (value 0), each ablation rolled out item by item and stopped as
+    `blocker_ablation: group` stops it: whatever the full search names, the stopped one names too."""
+    _lines, found_units, items, planted, noise = search
+    candidate = [0.0] * items
+    full = _outcomes(found_units, items, planted, noise, quiet=False)
+    stopped = []
+    for outcome in full:
+        k = 0
+        while k < items and rules.may_stand_out(outcome[:k], candidate):
+            k += 1
+        stopped.append(outcome[:k])
+    named = rules.verdict([rules.lift(o, candidate) for o in full], found_units, items)
+    lifts = [rules.lift(o, candidate[:len(o)]) for o in stopped]
+    if named is not None:
+        assert rules.verdict(lifts, found_units, items) == named
+        assert len(stopped[named]) == items
+
+
+def test_the_group_holds_the_lines_of_one_clause_and_lifts_at_half_the_items():
+    lines = [LINES[0], LINES[8], LINES[1]]  # LINES[8] joins two clauses
+    found_units = rules.units(lines, [0, 1, 2], 3)
+    assert rules.single_clause_lines(lines, found_units) == [0, 2]
+    assert rules.single_clause_lines(lines, rules.units(lines, [2, 1, 0], 1)) == [2]
+    assert rules.group_lifts(3.0, 6) and not rules.group_lifts(2.9, 6) and not rules.group_lifts(0.0, 0)

@@ -21,14 +21,15 @@ BLOCKER = "- Keep answers terse: repeat lists exactly as given; never reformat o
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
-    """A one-epoch run whose initial skill holds a line that blocks list ordering (seed 1 finds it at step 3)."""
+    """A one-epoch run whose initial skill holds a line that blocks list ordering (seed 1 finds it at step 3;
+    with `eval_order: hardness` the repair's drop lets step 3 pass without the search)."""
     path = tmp_path_factory.mktemp("blocker")
     skill = path / "planted.md"
     skill.write_text(bundled_skill().replace("- Always answer with a single word.\n", "") + BLOCKER + "\n",
                      encoding="utf-8")
     db = f"sqlite:///{path / 'b.db'}"
     cfg = small_config(seed=1, num_epochs=1, initial_skill=str(skill), sim={"noise": "blocking"},
-                       blocker_search="step")
+                       blocker_search="step", eval_order="failed_first")
     result = Trainer(cfg, db=db, run_id="p").train()
     return db, result
 
@@ -47,7 +48,13 @@ def test_the_search_finds_the_planted_line_and_the_gate_takes_the_candidate_with
     assert top["lifted"] >= len(hit["item_ids"]) / 2
     assert all(a["lifted"] < top["lifted"] for a in hit["ablations"] if a["line"] != BLOCKER)
     for a in hit["ablations"]:  # each ablation rolled out on the stuck items, every rollout a journaled call
-        assert [r["item_id"] for r in a["results"]] == hit["item_ids"] and all(r["call"] for r in a["results"])
+        ids = [r["item_id"] for r in a["results"]]  # (blocker_ablation group: stopped once it could not lift half)
+        assert ids and ids == hit["item_ids"][:len(ids)] and all(r["call"] for r in a["results"])
+        n = len(hit["item_ids"])  # the stuck items scored 0, so winning every item left adds one each
+        assert len(ids) == n or 2 * (a["lifted"] + n - len(ids)) < n
+    assert len(top["results"]) == len(hit["item_ids"])
+    group = hit["group"]  # first every searched line of one clause at once; the planted line has two
+    assert group is not None and BLOCKER not in group["lines"]
     step = [e for e in log if e["payload"].get("step") == hit["step"]]
     kinds = [e["type"] for e in step]
     at = kinds.index("BlockerSearched")
@@ -97,3 +104,33 @@ def test_early_reject_changes_no_decision_search_or_screen(tmp_path, seed):
     assert any(e.type == "EditsScreened" and e.tried for e in events(on))
     report = verify(on.store, "r")
     assert report.ok and report.checked == report.total
+
+
+def test_blocker_ablation_each_rolls_every_ablation_out_on_every_item_and_finds_the_same_line(tmp_path):
+    skill = tmp_path / "planted.md"
+    skill.write_text(bundled_skill().replace("- Always answer with a single word.\n", "") + BLOCKER + "\n",
+                     encoding="utf-8")
+    cfg = small_config(seed=1, num_epochs=1, initial_skill=str(skill), sim={"noise": "blocking"},
+                       blocker_search="step", eval_order="failed_first", blocker_ablation="each")
+    result = Trainer(cfg, db=f"sqlite:///{tmp_path / 'e.db'}", run_id="e").train()
+    searched = [s.event for s in lineage_events(result.store, "e") if s.event.type == "BlockerSearched"]
+    hit = next(s for s in searched if s.found is not None)
+    assert hit.ablations[hit.found].line == BLOCKER and hit.group is None
+    assert all([r.item_id for r in a.results] == s.item_ids for s in searched for a in s.ablations)
+    assert verify(result.store, "e").ok
+
+
+def test_a_run_logged_before_group_ablation_and_hardness_reads_each_and_failed_first():
+    from skillstate.log.event_codec import decode
+
+    config = {"num_epochs": 1}
+    started = {"config": config, "initial_skill": "h", "dataset": {}, "dataset_fingerprint": "f", "prompts": {},
+               "steps_per_epoch": 1, "total_steps": 1, "package_version": "0"}
+    old = decode("RunStarted", 12, started).config
+    assert old["blocker_ablation"] == "each" and old["eval_order"] == "failed_first"
+    kept = decode("RunStarted", 12, {**started, "config": {**config, "eval_order": "split"}}).config
+    assert kept["eval_order"] == "split"
+    assert "blocker_ablation" not in decode("RunStarted", 13, started).config  # a new run's defaults apply
+    forked = {"parent_run_id": "p", "fork_step": 1, "parent_event_count": 3, "parent_event_hash": "h",
+              "overrides": {}, "config": config, "prompts": {}, "steps_per_epoch": 1, "total_steps": 1}
+    assert decode("RunForked", 10, forked).config["blocker_ablation"] == "each"

@@ -103,8 +103,14 @@ def search(ctx: RunContext, state: RunState) -> list[Event]:
     edits = repair_rules.applied_after(need(p.selected, "EditsSelected").edits, p.repair)
     base = ctx.skill(p.base_skill)
     done = ablate(ctx, state, task_type, lines, ids, cand_values,
-                  lambda removal: patch_with(cfg, base, [*edits, removal])[0])
+                  lambda removals: patch_with(cfg, base, [*edits, *removals])[0], group_first=True)
     ablations, chosen = done.ablations, done.chosen
+    if done.group is not None:
+        common["group"] = done.group
+    if done.group is not None and not ablations:
+        return [BlockerSearched(**common, reason=f"without all {len(done.group.lines)} searched lines at once, "
+                                                 f"the {len(ids)} failed items of {task_type} gained only "
+                                                 f"{done.group.lifted:+g}: no blocker among them")]
     if chosen is None:
         return [BlockerSearched(**common, ablations=ablations,
                                 reason=f"no line of the current skill stood out as holding {task_type} down "

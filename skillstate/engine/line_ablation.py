@@ -1,6 +1,12 @@
 """Ablating lines of the current skill on one task type's failed items: the rollouts both the step's blocker
 search (`blocker_search`) and the prune's test of the lowest type (`prune_blockers`) make. Which lines, in
-what order, and which ablation names a blocker are the pure rules of `skillstate.skillopt.blockers`."""
+what order, and which ablation names a blocker are the pure rules of `skillstate.skillopt.blockers`.
+
+With `blocker_ablation: group` the ablations are rolled out one stuck item at a time, all of them together,
+and an ablation stops once it could no longer lift half the items even if it won every item left (it could
+not name the blocker then); the step's search first rolls out the candidate without every searched line at
+once, and ablates them one by one only when that lifts half the items. `each` (runs logged before `group`
+was the default) rolls out every ablation on every item."""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from skillstate.engine import gating
 from skillstate.engine.context import RunContext
 from skillstate.engine.scoring import check_rollout_errors, rollout_one
 from skillstate.log.events import Edit, ItemResult
-from skillstate.log.events_blocker import LineAblation
+from skillstate.log.events_blocker import GroupAblation, LineAblation
 from skillstate.log.reducer import RunState, cache_key, need
 from skillstate.skillopt import blockers as rules
 from skillstate.skillopt.gate_robust import item_value
@@ -22,13 +28,15 @@ from skillstate.skillopt.tree_edits import md_of
 class Ablated:
     ablations: list[LineAblation]
     chosen: int | None  # the ablation that names the blocker
+    group: GroupAblation | None = None  # blocker_ablation group, with `build_all`: every line removed at once
 
 
 def ablate(ctx: RunContext, state: RunState, task_type: str, lines: list[str], ids: list[str],
-           before: list[float], build: Callable[[Edit], str]) -> Ablated:
+           before: list[float], build: Callable[[list[Edit]], str], group_first: bool = False) -> Ablated:
     """Each of `lines` (the most suspect first, at most blocker_max_lines, whole and by clause) removed by
-    `build` (removal edit -> the skill without it) and rolled out on the items `ids`, whose values without
-    any removal are `before`; with the verdict."""
+    `build` (removal edits -> the skill without them) and rolled out on the items `ids`, whose values without
+    any removal are `before`; with the verdict. With `blocker_ablation: group`, ablations stop early and,
+    when `group_first`, the lines searched are first removed all at once."""
     cfg = ctx.config
     rule = gating.rule_of(cfg)
 
@@ -39,18 +47,59 @@ def ablate(ctx: RunContext, state: RunState, task_type: str, lines: list[str], i
                             changes(ctx, state, task_type))
     found_units = rules.units(lines, order, cfg.blocker_max_lines)
     removals = [rules.deletion(lines[i], k) for i, k in found_units]
-    skills = [build(removal) for removal in removals]
     items = [ctx.env.item(i) for i in ids]
-    jobs = [(u, item) for u in range(len(found_units)) for item in items]
-    ctx.expect_calls(ctx.rollout_calls(len(jobs)))
-    done = ctx.map(lambda job: rollout_one(ctx, skills[job[0]], job[1]), jobs)
-    check_rollout_errors(ctx, done)
-    by_unit = [done[u * len(items):(u + 1) * len(items)] for u in range(len(found_units))]
-    lifts = [round(rules.lift([value(r) for r in rs], before), 9) for rs in by_unit]
+    stepwise = cfg.blocker_ablation == "group"
+    group = None
+    if stepwise and group_first and (single := rules.single_clause_lines(lines, found_units)):
+        # the lines of one clause first, all at once; a line of several clauses is always searched clause by
+        # clause (its blocker may share the line with the type's own rule, which the group would remove too)
+        whole = build([rules.deletion(lines[i], None) for i in single])
+        [rolled] = roll(ctx, [whole], items, before, value, stepwise=True)
+        lifted = round(rules.lift([value(r) for r in rolled], before[:len(rolled)]), 9)
+        group = GroupAblation(lines=[lines[i] for i in single], skill=ctx.put_skill(whole), results=rolled,
+                              score=mean([value(r) for r in rolled]), lifted=lifted)
+        if not rules.group_lifts(lifted, len(ids)):
+            found_units = [u for u in found_units if u[0] not in set(single)]
+            removals = [rules.deletion(lines[i], k) for i, k in found_units]
+            if not found_units:
+                return Ablated([], None, group)
+    skills = [build([removal]) for removal in removals]
+    by_unit = roll(ctx, skills, items, before, value, stepwise=stepwise)
+    lifts = [round(rules.lift([value(r) for r in rs], before[:len(rs)]), 9) for rs in by_unit]
     ablations = [LineAblation(line=lines[i], part=k, edit=removals[u], skill=ctx.put_skill(skills[u]),
                               results=by_unit[u], score=mean([value(r) for r in by_unit[u]]), lifted=lifts[u])
                  for u, (i, k) in enumerate(found_units)]
-    return Ablated(ablations, rules.verdict(lifts, found_units, len(ids)))
+    return Ablated(ablations, rules.verdict(lifts, found_units, len(ids)), group)
+
+
+def roll(ctx: RunContext, skills: list[str], items: list[dict], before: list[float],
+         value: Callable[[ItemResult], float], stepwise: bool) -> list[list[ItemResult]]:
+    """Each of `skills` rolled out on `items`: all at once, or (`stepwise`) a few items at a time (about ROUND
+    rollouts a round) for every skill still able to lift half the items (`rules.may_stand_out`), the others
+    stopped."""
+    if not stepwise:
+        jobs = [(u, item) for u in range(len(skills)) for item in items]
+        ctx.expect_calls(ctx.rollout_calls(len(jobs)))
+        done = ctx.map(lambda job: rollout_one(ctx, skills[job[0]], job[1]), jobs)
+        check_rollout_errors(ctx, done)
+        return [done[u * len(items):(u + 1) * len(items)] for u in range(len(skills))]
+    out: list[list[ItemResult]] = [[] for _ in skills]
+    live, at = list(range(len(skills))), 0
+    while live and at < len(items):
+        width = max(1, ROUND // len(live))  # items this round, so a round sends about ROUND calls
+        jobs = [(u, item) for u in live for item in items[at:at + width]]
+        ctx.expect_calls(ctx.rollout_calls(len(jobs)))
+        done = ctx.map(lambda job: rollout_one(ctx, skills[job[0]], job[1]), jobs)
+        check_rollout_errors(ctx, done)
+        for (u, _), r in zip(jobs, done, strict=True):
+            out[u].append(r)
+        at += width
+        live = [u for u in live if rules.may_stand_out([value(r) for r in out[u]], before)]
+    return out
+
+
+ROUND = 8  # blocker_ablation group: about this many rollouts per round (a fixed number, so the calls made
+#            do not depend on the run's concurrency)
 
 
 def changes(ctx: RunContext, state: RunState, task_type: str) -> list[tuple[list[str], float]]:

@@ -148,7 +148,7 @@ def lowest_type_test(ctx: RunContext, state: RunState, skill: str, body: str) ->
         return {}
     ids = blocker_rules.stuck_items(scored, low[0], cfg.blocker_items)
     before = [v for i, _, v in scored if i in set(ids)]
-    done = ablate(ctx, state, low[0], lines, ids, before, lambda removal: patch_with(cfg, skill, [removal])[0])
+    done = ablate(ctx, state, low[0], lines, ids, before, lambda removals: patch_with(cfg, skill, removals)[0])
     return {"blocked_type": low[0], "type_items": ids, "type_ablations": done.ablations, "type_found": done.chosen}
 
 

@@ -166,6 +166,16 @@ def _v11_selection(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "config": config}
 
 
+def _v12_ablation(payload: dict[str, Any]) -> dict[str, Any]:
+    """Runs written before RunStarted v13 (RunForked v11) rolled out every blocker ablation on every item and
+    scored val items for early reject with the current skill's failures first: a config without the keys
+    meant `blocker_ablation: each` and `eval_order: failed_first`."""
+    config = dict(payload.get("config", {}))
+    config.setdefault("blocker_ablation", "each")
+    config.setdefault("eval_order", "failed_first")
+    return {**payload, "config": config}
+
+
 def _v1_gate(payload: dict[str, Any]) -> dict[str, Any]:
     """GateDecided v2 adds the robust rules' verdicts; a v1 decision was the strict rule's alone."""
     return payload
@@ -192,6 +202,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunForked", 8): _v10_bank,
     ("RunStarted", 11): _v11_selection,
     ("RunForked", 9): _v11_selection,
+    ("RunStarted", 12): _v12_ablation,
+    ("RunForked", 10): _v12_ablation,
     ("GateDecided", 1): _v1_gate,
 }
 

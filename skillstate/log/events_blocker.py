@@ -19,9 +19,23 @@ class LineAblation(Frozen):
     part: int | None = None  # the clause of the line left out (None: the whole line)
     edit: Edit  # the edit that removes it: delete the line, or replace it by the rest
     skill: str  # the candidate with that edit applied (blob)
-    results: list[ItemResult]  # on the stuck items, in `BlockerSearched.item_ids` order
+    # on the stuck items, in `BlockerSearched.item_ids` order; with `blocker_ablation: group`, only the first
+    # ones when the ablation was stopped because it could no longer lift half of them
+    results: list[ItemResult]
     score: float  # mean gate value of those results
-    lifted: float  # sum over the items of (value without the line - the candidate's value)
+    lifted: float  # sum over those items of (value without the line - the candidate's value)
+
+
+class GroupAblation(Frozen):
+    """`blocker_ablation: group`: the candidate without every searched line at once, on the stuck items (the
+    first ones only when it was stopped because it could no longer lift half of them). The lines are
+    ablated one by one only when this lifted half the items."""
+
+    lines: list[str]  # the lines of the current skill removed, the most suspect first
+    skill: str  # the candidate without them (blob)
+    results: list[ItemResult]
+    score: float
+    lifted: float
 
 
 class BlockerSearched(Event):
@@ -39,13 +53,14 @@ class BlockerSearched(Event):
     task_type: str | None = None
     item_ids: list[str] = []  # the stuck items: the type's scored items the candidate failed, in split order
     candidate_score: float = 0.0  # the candidate's mean gate value on them
+    group: GroupAblation | None = None  # blocker_ablation group: every searched line removed at once, first
     ablations: list[LineAblation] = []
     found: int | None = None
     skill: str | None = None  # the candidate without the blocker (None when nothing is found)
     reason: str = ""
 
     def blob_refs(self) -> list[str]:
-        return ablation_refs(self.candidate_skill, self.skill, self.ablations)
+        return ablation_refs(self.candidate_skill, self.skill, [*self.ablations, *([self.group] if self.group else [])])
 
     def usage(self) -> dict[str, Usage]:
-        return ablation_usage(self.ablations)
+        return ablation_usage([*self.ablations, *([self.group] if self.group else [])])

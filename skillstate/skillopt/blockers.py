@@ -158,11 +158,35 @@ def verdict(lifts: Sequence[float], found_units: Sequence[Unit], items: int) -> 
     return whole
 
 
+def may_stand_out(ablated: Sequence[float], candidate: Sequence[float]) -> bool:
+    """Whether an ablation rolled out on the first len(`ablated`) of the stuck items (whose values without it
+    are `candidate`, all of them) could still lift half of them, as `verdict` asks of the line it names, if it
+    won every item left. `blocker_ablation: group` stops rolling out an ablation once this is false."""
+    if len(ablated) > len(candidate):
+        raise ValueError("more ablated outcomes than stuck items")
+    done = len(ablated)
+    best = lift(ablated, candidate[:done]) + sum(1.0 - c for c in candidate[done:])
+    return 2 * round(best, 9) >= len(candidate) > 0
+
+
 def lift(ablated: Sequence[float], candidate: Sequence[float]) -> float:
     """What an ablation gave back on the stuck items: the sum of (value without the line - the candidate's)."""
     if len(ablated) != len(candidate):
         raise ValueError("ablated and candidate outcomes must cover the same items")
     return sum(a - c for a, c in zip(ablated, candidate, strict=True))
+
+
+def single_clause_lines(lines: Sequence[str], found_units: Sequence[Unit]) -> list[int]:
+    """The lines among `found_units` (indexes into `lines`, in their order) that are ablated whole only: those
+    `units` did not split into clauses."""
+    split = {i for i, k in found_units if k is not None}
+    return [i for i, k in found_units if k is None and i not in split]
+
+
+def group_lifts(lifted: float, items: int) -> bool:
+    """Whether the ablation of every suspect line at once (`blocker_ablation: group`) lifted the `items`
+    stuck items enough for one of its lines to be searched for: at least half of them, as `verdict` asks."""
+    return items > 0 and 2 * round(lifted, 9) >= items
 
 
 def stuck_items(scored: Sequence[tuple[str, str, float]], task_type: str, limit: int) -> list[str]:
