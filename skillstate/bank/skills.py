@@ -41,7 +41,7 @@ def skill_id(title: str, principle: str, category: str | None = None) -> str:
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class SkillProvenance(_Frozen):
