@@ -149,9 +149,9 @@ class SkillConfig(Section):
     blocker_ablation: Literal["each", "group"] = Field(
         "group", description="How blocker_search and prune_blockers roll out their ablations. group: a few items "
                              "at a time, each ablation stopped once it could no longer lift half the items; the "
-                             "step's search first removes every searched line at once and ablates them one by one "
-                             "only when that lifts half the items (fewer calls); each: every ablation on every item "
-                             "(runs logged before group was the default read each).")
+                             "step's search first removes every searched line of one clause at once and ablates "
+                             "those one by one only when that lifts half the items (fewer calls); each: every "
+                             "ablation on every item (runs logged before group was the default read each).")
     edit_screen: Literal["off", "minibatch"] = Field(
         "off", description="minibatch: before selection, apply each merged edit alone to the current skill and roll "
                            "it out on a few failures its analysts were shown, of the types their summary names, and "

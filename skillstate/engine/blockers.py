@@ -108,9 +108,9 @@ def search(ctx: RunContext, state: RunState) -> list[Event]:
     if done.group is not None:
         common["group"] = done.group
     if done.group is not None and not ablations:
-        return [BlockerSearched(**common, reason=f"without all {len(done.group.lines)} searched lines at once, "
-                                                 f"the {len(ids)} failed items of {task_type} gained only "
-                                                 f"{done.group.lifted:+g}: no blocker among them")]
+        return [BlockerSearched(**common, reason=f"without all {len(done.group.lines)} searched lines of one "
+                                                 f"clause at once, the {len(ids)} failed items of {task_type} "
+                                                 f"gained only {done.group.lifted:+g}: no blocker among them")]
     if chosen is None:
         return [BlockerSearched(**common, ablations=ablations,
                                 reason=f"no line of the current skill stood out as holding {task_type} down "

@@ -2,10 +2,11 @@
 search (`blocker_search`) and the prune's test of the lowest type (`prune_blockers`) make. Which lines, in
 what order, and which ablation names a blocker are the pure rules of `skillstate.skillopt.blockers`.
 
-With `blocker_ablation: group` the ablations are rolled out one stuck item at a time, all of them together,
-and an ablation stops once it could no longer lift half the items even if it won every item left (it could
-not name the blocker then); the step's search first rolls out the candidate without every searched line at
-once, and ablates them one by one only when that lifts half the items. `each` (runs logged before `group`
+With `blocker_ablation: group` the ablations are rolled out a few stuck items at a time, all of them
+together, and an ablation stops once it could no longer lift half the items even if it won every item left
+(it could not name the blocker then); the step's search first rolls out the candidate without every
+searched line of one clause at once, and ablates those one by one only when that lifts half the items (a
+line of several clauses is always ablated whole and clause by clause). `each` (runs logged before `group`
 was the default) rolls out every ablation on every item."""
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from skillstate.skillopt.tree_edits import md_of
 class Ablated:
     ablations: list[LineAblation]
     chosen: int | None  # the ablation that names the blocker
-    group: GroupAblation | None = None  # blocker_ablation group, with `build_all`: every line removed at once
+    group: GroupAblation | None = None  # blocker_ablation group with `group_first`: the one-clause lines at once
 
 
 def ablate(ctx: RunContext, state: RunState, task_type: str, lines: list[str], ids: list[str],
@@ -36,7 +37,7 @@ def ablate(ctx: RunContext, state: RunState, task_type: str, lines: list[str], i
     """Each of `lines` (the most suspect first, at most blocker_max_lines, whole and by clause) removed by
     `build` (removal edits -> the skill without them) and rolled out on the items `ids`, whose values without
     any removal are `before`; with the verdict. With `blocker_ablation: group`, ablations stop early and,
-    when `group_first`, the lines searched are first removed all at once."""
+    when `group_first`, the searched lines of one clause are first removed all at once."""
     cfg = ctx.config
     rule = gating.rule_of(cfg)
 
@@ -95,6 +96,7 @@ def roll(ctx: RunContext, skills: list[str], items: list[dict], before: list[flo
             out[u].append(r)
         at += width
         live = [u for u in live if rules.may_stand_out([value(r) for r in out[u]], before)]
+    check_rollout_errors(ctx, [r for rs in out for r in rs])  # the failure share over all of them, as `each`
     return out
 
 

@@ -27,9 +27,9 @@ class LineAblation(Frozen):
 
 
 class GroupAblation(Frozen):
-    """`blocker_ablation: group`: the candidate without every searched line at once, on the stuck items (the
-    first ones only when it was stopped because it could no longer lift half of them). The lines are
-    ablated one by one only when this lifted half the items."""
+    """`blocker_ablation: group`: the candidate without every searched line of one clause at once, on the
+    stuck items (the first ones only when it was stopped because it could no longer lift half of them).
+    Those lines are ablated one by one only when this lifted half the items."""
 
     lines: list[str]  # the lines of the current skill removed, the most suspect first
     skill: str  # the candidate without them (blob)
