@@ -144,6 +144,12 @@ def test_the_reference_solution_solves_the_task(env):
             assert env.score(item["answers"][0], item)[0] == 1.0  # type: ignore[attr-defined]
 
 
+# the workspace kind runs every check in a real sandbox, twice per item: 20 to 40 s, so in the slow suite
+RULES_KINDS = [pytest.param(*p.values, id=p.id, marks=[*p.marks, *([pytest.mark.slow] if p.id == "workspace" else [])])
+               for p in KINDS]
+
+
+@pytest.mark.parametrize("env", RULES_KINDS, indirect=True)
 def test_a_skill_with_the_right_rules_does_better_in_the_sim(env):
     """The sim target's competence depends on the skill, in every kind of world."""
     from skillstate.sim.backend import sim_world_for

@@ -1,7 +1,8 @@
 """The hostile-agent suite (issue 39): tests/hostile_agent.py, run by the `command` harness through the proxy in
 the sandbox, tries every escape that once got through, and fakes its task's check. Nothing may get out, the
 faked check must fail, and the run must go on to a completed, audited, verified log that holds no secret.
-`.ci/run` runs it as root, where the sandbox drops to an unprivileged user first."""
+`.ci/run` runs it as root, where the sandbox drops to an unprivileged user first. Its run takes about 40 s, so it
+is in the slow suite (.ci/run runs that too); tests/test_sandbox_escapes.py keeps the escapes in the default one."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from skillstate.reading.audit import audit, verify
 from skillstate.storage.store import Store
 from skillstate.trainer import Trainer
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (.ci/run installs it)")
+pytestmark = [pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (.ci/run installs it)"),
+              pytest.mark.slow]
 AGENT = Path(__file__).resolve().parent / "hostile_agent.py"
 MARKER = "HOSTILE-MARKER-7f3a"
 KEY = "az0HostileTestKey0123456789abcdef"  # no sk- prefix: redaction must know it by its value

@@ -323,6 +323,7 @@ def test_the_call_journal_is_shared_across_runs_and_machines(dbs, drivers):
 
 
 @needs_pg
+@pytest.mark.slow  # two runs, a poller and real waits: about 14 s
 def test_the_load_test_with_two_runs_and_a_poller(tmp_path):
     res = subprocess.run([sys.executable, str(LOAD), "--db", PG_BASE, "--runs", "2", "--epochs", "1", "--json"],
                          cwd=str(tmp_path), capture_output=True, text=True, timeout=300, check=False)
