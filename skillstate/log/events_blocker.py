@@ -53,7 +53,7 @@ class BlockerSearched(Event):
     task_type: str | None = None
     item_ids: list[str] = []  # the stuck items: the type's scored items the candidate failed, in split order
     candidate_score: float = 0.0  # the candidate's mean gate value on them
-    group: GroupAblation | None = None  # blocker_ablation group: every searched line removed at once, first
+    group: GroupAblation | None = None  # blocker_ablation group: the searched one-clause lines at once, first
     ablations: list[LineAblation] = []
     found: int | None = None
     skill: str | None = None  # the candidate without the blocker (None when nothing is found)

@@ -184,7 +184,7 @@ def single_clause_lines(lines: Sequence[str], found_units: Sequence[Unit]) -> li
 
 
 def group_lifts(lifted: float, items: int) -> bool:
-    """Whether the ablation of every suspect line at once (`blocker_ablation: group`) lifted the `items`
+    """Whether the ablation of every searched one-clause line at once (`blocker_ablation: group`) lifted the `items`
     stuck items enough for one of its lines to be searched for: at least half of them, as `verdict` asks."""
     return items > 0 and 2 * round(lifted, 9) >= items
 
