@@ -25,26 +25,22 @@ def run_rollout(env: SkillEnv, env_name: str, skill: str, item: dict[str, Any], 
     item. An environment that `uses_judge` is handed `judge`."""
     raised: list[BaseException] = []
 
-    def complete(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult:
-        try:
-            return target(messages, tools)
-        except BaseException as err:
-            raised.append(err)
-            raise
-
-    def grade(messages: list[dict[str, Any]], seed: int | None = None) -> CallResult:
-        assert judge is not None
-        try:
-            return judge(messages, seed)
-        except BaseException as err:
-            raised.append(err)
-            raise
+    def noted(call: Callable[..., CallResult]) -> Callable[..., CallResult]:
+        """`call`, with what it raises noted, so that an LLM stop passes through as itself."""
+        def wrapped(*args: Any, **kwargs: Any) -> CallResult:
+            try:
+                return call(*args, **kwargs)
+            except BaseException as err:
+                raised.append(err)
+                raise
+        return wrapped
 
     try:
         if getattr(env, "uses_judge", False):
-            outcome = env.rollout(skill, item, complete, prompts, judge=grade if judge else None)  # type: ignore[call-arg]
+            grade = noted(judge) if judge else None
+            outcome = env.rollout(skill, item, noted(target), prompts, judge=grade)  # type: ignore[call-arg]
         else:
-            outcome = env.rollout(skill, item, complete, prompts)
+            outcome = env.rollout(skill, item, noted(target), prompts)
     except Exception as err:
         if raised and err is raised[-1]:
             raise
