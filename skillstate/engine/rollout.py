@@ -6,15 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from skillstate.envs.base import RolloutOutcome, SkillEnv, check_outcome
+from skillstate.envs.base import JudgeCall, RolloutOutcome, SkillEnv, check_outcome
 from skillstate.errors import EnvFailure
 from skillstate.llm.base import CallResult
 from skillstate.util import first_line
 
 # One target call of a rollout: (messages, tools) -> its result.
 TargetCall = Callable[[list[dict[str, Any]], "list[dict[str, Any]] | None"], CallResult]
-# One judge call (an environment that grades with a judge: `uses_judge`): (messages, seed) -> its result.
-JudgeCall = Callable[[list[dict[str, Any]], "int | None"], CallResult]
 
 
 def run_rollout(env: SkillEnv, env_name: str, skill: str, item: dict[str, Any], prompts: dict[str, str],

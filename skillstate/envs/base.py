@@ -31,6 +31,11 @@ class Complete(Protocol):
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> CallResult: ...
 
 
+# One judge call through the run's journal, for an environment that grades with one (`uses_judge`): the
+# messages and the sample's seed -> its result.
+JudgeCall = Callable[[list[dict[str, Any]], "int | None"], CallResult]
+
+
 @dataclass(frozen=True)
 class RolloutOutcome:
     """What one rollout gave. A single-turn environment returns its one call in

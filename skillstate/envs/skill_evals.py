@@ -14,14 +14,13 @@ it is the author's code, imported where the evals named it).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from skillstate.envs.base import Complete, RolloutOutcome, SkillEnv
+from skillstate.envs.base import Complete, JudgeCall, RolloutOutcome, SkillEnv
 from skillstate.errors import DataError
 from skillstate.evals.assertions import grade_assertion
 from skillstate.evals.judge import Decided, agreement, judge_messages, majority, read_verdicts, statements_of
@@ -37,9 +36,6 @@ Do what the user asks, completely and exactly.
 """
 MAX_FILE_CHARS = 200_000  # an input file is inlined in the prompt: larger is refused when the evals are read
 EXPECTED_STATEMENT = "The output does what this describes: {}"
-
-# One judge call: (messages, the sample's seed) -> its result.
-JudgeCall = Callable[[list[dict[str, Any]], "int | None"], CallResult]
 
 
 class InputFile(BaseModel):
