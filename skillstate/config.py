@@ -102,6 +102,8 @@ class SkillConfig(Section):
     gate_length_penalty: float = Field(
         0.0, ge=0.0, le=1.0, description="Subtract this from the gate metric per 100 characters of the skill, so a "
                                          "shorter skill that scores the same wins (fixed on fork).")
+
+    # robust learning on noisy targets (docs/noisy-targets.md): prune, repair, blocker search, screens, parents
     prune: Literal["off", "epoch", "step"] = Field(
         "epoch", description="Propose deleting lines that do not earn their place (duplicates, near-duplicates, what "
                              "the prune prompt names) at each epoch end or after each step, decided by the gate "
