@@ -159,11 +159,17 @@ class SkillConfig(Section):
                            "it out on a few failures its analysts were shown, of the types their summary names, and "
                            "on one solved item of another type; only the edits that win back more than half the "
                            "failures of one type, net, and gain overall compete for the budget, by their gain, with "
-                           "no ranking call (update_mode patch; not in mode bank).")
+                           "no ranking call; when none passes, see edit_screen_fallback (update_mode patch; not in "
+                           "mode bank).")
     edit_screen_items: int = Field(2, ge=1, description="edit_screen minibatch: the failures of each aimed type (at "
                                                         "most two types) an edit is tried on.")
     edit_screen_others: int = Field(1, ge=0, description="edit_screen minibatch: the items of other types, which "
                                                          "the current skill got right, an edit is also tried on.")
+    edit_screen_fallback: Literal["none", "rank"] = Field(
+        "rank", description="edit_screen minibatch: the selection when no edit passes its minibatch. rank: the "
+                            "optimizer ranks the edits as it would without the screen, so rules that gain only "
+                            "together or only sometimes (an episode's steps) still reach the gate; none: nothing "
+                            "is selected and the step is skipped (runs logged before it existed read none).")
     parent_selection: Literal["current", "pareto"] = Field(
         "current", description="current: each step builds on the current skill; pareto: on a skill drawn from the "
                                "front of those accepted so far (and the initial one), each leading some task type on "

@@ -226,3 +226,34 @@ def test_a_text_world_run_through_the_openai_client_against_the_sim_server_match
     assert s["status"] == "completed"
     assert (s["baseline_score"], s["best_score"], s["test"]) == (sim["baseline_score"], sim["best_score"], sim["test"])
     assert audit(result.store, "o").ok and verify(result.store, "o").ok
+
+
+def test_the_screen_falls_back_to_the_ranking_when_no_edit_passes_alone(tmp_path):
+    """In the rooms world one rule rarely wins back two failures alone: with `edit_screen_fallback: rank` (the
+    default) such a step still selects by the ranking and reaches the gate, and the run learns; with `none`
+    it is skipped, as runs logged before the fallback did."""
+    def run(fallback: str):
+        cfg = rooms_config(seed=0, edit_screen="minibatch", edit_screen_fallback=fallback)
+        result = Trainer(cfg, db=f"sqlite:///{tmp_path / f'{fallback}.db'}", run_id="r").train()
+        events = [s.event for s in lineage_events(result.store, "r")]
+        failed = {e.step for e in events if e.type == "EditsScreened" and e.tried and not any(t.passed for t in
+                                                                                                e.tried)}
+        return result.summary, failed, {e.step: e for e in events if e.type == "EditsSelected"}
+
+    ranked, failed, selected = run("rank")
+    assert failed and all(selected[s].method in ("all", "ranked", "fallback") and selected[s].edits for s in failed)
+    assert ranked["best_score"] >= ranked["baseline_score"] + 0.3
+    _, failed, selected = run("none")
+    assert failed and all(selected[s].method == "none" and not selected[s].edits for s in failed)
+
+
+def test_a_run_logged_before_the_fallback_reads_none():
+    from skillstate.log.event_codec import decode
+
+    started = {"config": {"num_epochs": 1}, "initial_skill": "h", "dataset": {}, "dataset_fingerprint": "f",
+               "prompts": {}, "steps_per_epoch": 1, "total_steps": 1, "package_version": "0"}
+    assert decode("RunStarted", 13, started).config["edit_screen_fallback"] == "none"
+    assert "edit_screen_fallback" not in decode("RunStarted", 14, started).config  # a new run's default applies
+    forked = {"parent_run_id": "p", "fork_step": 1, "parent_event_count": 3, "parent_event_hash": "h",
+              "overrides": {}, "config": {}, "prompts": {}, "steps_per_epoch": 1, "total_steps": 1}
+    assert decode("RunForked", 11, forked).config["edit_screen_fallback"] == "none"

@@ -98,7 +98,9 @@ def chosen(ctx: RunContext, state: RunState, base: str, edits: list[Edit], kept:
     p = step_progress(state)
     budget = p.learning_rate.chosen if p.learning_rate is not None else p.edit_budget
     if p.screened is not None:  # edit_screen: the edits that passed their minibatch, by their gain; no ranking
-        return selected_by_screen(p.step, edits, kept, dropped, p.screened, budget)
+        by_screen = selected_by_screen(p.step, edits, kept, dropped, p.screened, budget)
+        if by_screen.selected_indices or not p.screened.tried or ctx.config.edit_screen_fallback != "rank":
+            return by_screen  # (with none passed and fallback rank: ranked below, as without the screen)
     common: dict[str, Any] = dict(step=p.step, budget=budget, candidates=len(edits), dropped=dropped)
     if len(kept) <= budget or budget == 0:
         indices = kept[:budget]

@@ -176,6 +176,14 @@ def _v12_ablation(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "config": config}
 
 
+def _v13_screen(payload: dict[str, Any]) -> dict[str, Any]:
+    """Runs written before RunStarted v14 (RunForked v12) skipped a step whose screened edits all failed
+    their minibatches: a config without the key meant `edit_screen_fallback: none`."""
+    config = dict(payload.get("config", {}))
+    config.setdefault("edit_screen_fallback", "none")
+    return {**payload, "config": config}
+
+
 def _v1_gate(payload: dict[str, Any]) -> dict[str, Any]:
     """GateDecided v2 adds the robust rules' verdicts; a v1 decision was the strict rule's alone."""
     return payload
@@ -204,6 +212,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunForked", 9): _v11_selection,
     ("RunStarted", 12): _v12_ablation,
     ("RunForked", 10): _v12_ablation,
+    ("RunStarted", 13): _v13_screen,
+    ("RunForked", 11): _v13_screen,
     ("GateDecided", 1): _v1_gate,
 }
 
