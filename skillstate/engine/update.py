@@ -94,7 +94,8 @@ def links_whole(config: Any, base: str, edits: list[Edit], kept: list[int], sele
 def chosen(ctx: RunContext, state: RunState, base: str, edits: list[Edit], kept: list[int],
            dropped: list[DroppedEdit]) -> EditsSelected:
     """The selection: every edit kept when the budget allows, else the optimizer's ranking (or the screen's
-    gains, with edit_screen on)."""
+    gains, with edit_screen on; when no edit passed it, as without the screen under edit_screen_fallback
+    rank)."""
     p = step_progress(state)
     budget = p.learning_rate.chosen if p.learning_rate is not None else p.edit_budget
     if p.screened is not None:  # edit_screen: the edits that passed their minibatch, by their gain; no ranking
