@@ -38,6 +38,7 @@ from skillstate.log.events import (
 from skillstate.log.events_bank import BankEvolved, BankSeeded, BankValidated, SkillsDistilled
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.events_review import ReviewDecided, ReviewRequested
+from skillstate.log.events_screen import EditsScreened
 from skillstate.log.reducer import RunState
 from skillstate.reading import selection_report
 
@@ -134,6 +135,8 @@ class ProgressPrinter:
             return f"{'final' if t == 'FinalValidated' else 'epoch end':15}{t}  {event_summary(ev)}"
         if t in ("PruneProposed", "PruneDecided"):
             return f"    prune      {event_summary(ev)}"
+        if isinstance(ev, EditsScreened):  # a step with nothing to try (no call made) prints nothing
+            return f"    screen     {ev.reason}" if ev.tried else None
         if t in ("SelectionScored", "FinalSelected"):
             return f"final          {t}  {event_summary(ev)}"
         if isinstance(ev, (ReviewRequested, ReviewDecided)):

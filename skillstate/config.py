@@ -36,7 +36,7 @@ GateMetric = Literal["hard", "soft", "mixed"]
 SIM_MODELS = {"target": "sim-target", "optimizer": "sim-optimizer", "judge": "sim-judge"}
 
 # What mode bank leaves off of the document mechanisms that are on by default.
-BANK_OFF: dict[str, Any] = {"blocker_search": "off", "prune": "off", "prune_blockers": False}
+BANK_OFF: dict[str, Any] = {"blocker_search": "off", "prune": "off", "edit_screen": "off"}
 
 
 class SkillConfig(Section):
@@ -110,10 +110,10 @@ class SkillConfig(Section):
                              "(not in mode bank; runs logged before it was the default read off).")
     prune_max_lines: int = Field(6, ge=1, description="prune: the most lines one proposal deletes.")
     prune_blockers: bool = Field(
-        True, description="prune: also take the current skill's lowest task type on val (at most half right), "
+        False, description="prune: also take the current skill's lowest task type on val (at most half right), "
                            "remove each line (and clause) of the skill in turn on its failed val items, and "
                            "propose deleting the line whose removal lifts them, when that lift stands out (runs "
-                           "logged before it was the default read false).")
+                           "logged while it was the default read true, those before false).")
     repair: Literal["off", "ablate"] = Field(
         "ablate", description="ablate: when a candidate loses some task types while lifting others, remove its kept "
                            "edits one at a time on the lost types' items, drop those whose removal recovers them, "
@@ -155,12 +155,13 @@ class SkillConfig(Section):
                              "those one by one only when that lifts half the items (fewer calls); each: every "
                              "ablation on every item (runs logged before group was the default read each).")
     edit_screen: Literal["off", "minibatch"] = Field(
-        "off", description="minibatch: before selection, apply each merged edit alone to the current skill and roll "
-                           "it out on a few failures its analysts were shown, of the types their summary names, and "
-                           "on one solved item of another type; only the edits that win back more than half the "
-                           "failures of one type, net, and gain overall compete for the budget, by their gain, with "
-                           "no ranking call; when none passes, see edit_screen_fallback (update_mode patch; not in "
-                           "mode bank).")
+        "minibatch", description="minibatch: before selection, apply each merged edit alone to the current skill and "
+                                 "roll it out on a few failures its analysts were shown, of the types their summary "
+                                 "names, and on one solved item of another type; only the edits that win back more "
+                                 "than half the failures of one type, net, and gain overall compete for the budget, "
+                                 "by their gain, with no ranking call; when none passes, see edit_screen_fallback "
+                                 "(update_mode patch; not in mode bank; runs logged before it was the default read "
+                                 "off).")
     edit_screen_items: int = Field(2, ge=1, description="edit_screen minibatch: the failures of each aimed type (at "
                                                         "most two types) an edit is tried on.")
     edit_screen_others: int = Field(1, ge=0, description="edit_screen minibatch: the items of other types, which "

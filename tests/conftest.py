@@ -33,12 +33,14 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PG_ENV = "SKILLSTATE_TEST_PG_URL"
 
 # A small but complete run: 2 epochs of 3 steps on the bundled sim world. The mechanisms against lines that block
-# a task type (the blocker search, the prune and its test of the lowest type) are on by default; these runs leave
-# them off, so each other mechanism's tests see the loop they were written for, and the mechanisms' own tests (and
-# the tests of the defaults) turn them on.
-SMALL = dict(num_epochs=2, batch_size=40, seed=42, blocker_search="off", prune="off", prune_blockers=False)
+# a task type (the blocker search, the prune, the minibatch screen) are on by default; these runs leave them (and
+# the prune's test of the lowest type) off, so each other mechanism's tests see the loop they were written for,
+# and the mechanisms' own tests (and the tests of the defaults) turn them on.
+SMALL = dict(num_epochs=2, batch_size=40, seed=42, blocker_search="off", prune="off", prune_blockers=False,
+             edit_screen="off")
 # small_config(**DEFAULT_LOOP): those mechanisms as the defaults have them
-DEFAULT_LOOP = {key: SkillConfig.model_fields[key].default for key in ("blocker_search", "prune", "prune_blockers")}
+DEFAULT_LOOP = {key: SkillConfig.model_fields[key].default for key in ("blocker_search", "prune", "prune_blockers",
+                                                                    "edit_screen")}
 
 
 def small_config(**kw) -> SkillConfig:

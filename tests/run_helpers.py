@@ -19,9 +19,10 @@ from skillstate.storage.store import Store
 DRIVER = Path(__file__).parent / "sweep_driver.py"
 
 # `skillstate run` without the mechanisms against blocking lines that are on by default (the blocker search, the
-# prune and its test of the lowest type): the loop the tests of other mechanisms were written for (tests/conftest.py's
-# SMALL leaves them off too).
-OLD_LOOP = ["--set", "blocker_search=off", "--set", "prune=off", "--set", "prune_blockers=false"]
+# prune, the minibatch screen) and the prune's test of the lowest type: the loop the tests of other mechanisms
+# were written for (tests/conftest.py's SMALL leaves them off too).
+OLD_LOOP = ["--set", "blocker_search=off", "--set", "prune=off", "--set", "prune_blockers=false", "--set",
+            "edit_screen=off"]
 
 
 def call(*args: str, code: int = 0) -> str:

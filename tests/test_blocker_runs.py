@@ -134,3 +134,17 @@ def test_a_run_logged_before_group_ablation_and_hardness_reads_each_and_failed_f
     forked = {"parent_run_id": "p", "fork_step": 1, "parent_event_count": 3, "parent_event_hash": "h",
               "overrides": {}, "config": config, "prompts": {}, "steps_per_epoch": 1, "total_steps": 1}
     assert decode("RunForked", 10, forked).config["blocker_ablation"] == "each"
+
+
+def test_the_defaults_screen_edits_and_mode_bank_leaves_the_document_mechanisms_off():
+    from pydantic import ValidationError
+
+    from skillstate.config import SkillConfig
+
+    cfg = SkillConfig()
+    assert (cfg.edit_screen, cfg.edit_screen_fallback, cfg.blocker_search, cfg.prune, cfg.prune_blockers) == \
+        ("minibatch", "rank", "step", "epoch", False)
+    bank = SkillConfig(mode="bank")
+    assert (bank.edit_screen, bank.blocker_search, bank.prune, bank.prune_blockers) == ("off", "off", "off", False)
+    with pytest.raises(ValidationError, match="edit_screen does not apply"):
+        SkillConfig(mode="bank", edit_screen="minibatch")

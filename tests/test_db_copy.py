@@ -324,7 +324,7 @@ def test_a_run_being_driven_is_copied_up_to_its_last_committed_event(tmp_path, d
             proc.wait()
     res = db_copy("--from", src, "--to", dst, "--json")
     run = json.loads(res.output)["runs"][0]
-    assert run["status"] == "appended" and run["events"] == 51 and not run["driven"]  # 3 steps on every default
+    assert run["status"] == "appended" and run["events"] == 50 and not run["driven"]  # 3 steps on every default
     check_copied(src, dst, ("live",))
 
 

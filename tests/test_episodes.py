@@ -247,13 +247,16 @@ def test_the_screen_falls_back_to_the_ranking_when_no_edit_passes_alone(tmp_path
     assert failed and all(selected[s].method == "none" and not selected[s].edits for s in failed)
 
 
-def test_a_run_logged_before_the_fallback_reads_none():
+def test_a_run_logged_before_the_screen_was_on_reads_it_off_and_its_fallback_none():
     from skillstate.log.event_codec import decode
 
     started = {"config": {"num_epochs": 1}, "initial_skill": "h", "dataset": {}, "dataset_fingerprint": "f",
                "prompts": {}, "steps_per_epoch": 1, "total_steps": 1, "package_version": "0"}
-    assert decode("RunStarted", 13, started).config["edit_screen_fallback"] == "none"
-    assert "edit_screen_fallback" not in decode("RunStarted", 14, started).config  # a new run's default applies
+    old = decode("RunStarted", 13, started).config
+    assert old["edit_screen"] == "off" and old["edit_screen_fallback"] == "none"
+    assert decode("RunStarted", 13, {**started, "config": {"edit_screen": "minibatch"}}).config["edit_screen"] == \
+        "minibatch"
+    assert "edit_screen_fallback" not in decode("RunStarted", 14, started).config  # a new run's defaults apply
     forked = {"parent_run_id": "p", "fork_step": 1, "parent_event_count": 3, "parent_event_hash": "h",
               "overrides": {}, "config": {}, "prompts": {}, "steps_per_epoch": 1, "total_steps": 1}
     assert decode("RunForked", 11, forked).config["edit_screen_fallback"] == "none"

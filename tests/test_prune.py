@@ -105,9 +105,10 @@ def test_prune_is_a_prompt_a_run_may_override():
 
 def test_a_noisy_run_prunes_through_the_gate_replays_verifies_forks_and_why_names_the_prune(tmp_path):
     db = f"sqlite:///{tmp_path / 'p.db'}"
-    # the run this test reads was written before repair and the screen of rejected edits were on by default
+    # the run this test reads was written before repair, the screen of rejected edits and the minibatch screen
+    # were on by default
     out = call("run", "--run-id", "n", "--epochs", "2", *NOISY, "--set", "prune=step", "--set", "repair=off",
-               "--set", "drop_rejected_edits=0", "--db", db)
+               "--set", "drop_rejected_edits=0", "--set", "edit_screen=off", "--db", db)
     assert "    prune      after step 1:" in out
     proposed, decided = events(db, "n", "PruneProposed"), events(db, "n", "PruneDecided")
     assert [p["after_step"] for p in proposed] == [d["after_step"] for d in decided] == list(range(1, 7))

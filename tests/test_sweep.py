@@ -60,7 +60,7 @@ BACKENDS_PG_SLOW = ["sqlite", pytest.param("postgresql", marks=[needs_pg, slow])
 # The points below were chosen on the loop without the mechanisms against blocking lines (on by default since);
 # test_kill9_in_the_default_loops_prune covers those.
 RUN_ARGS = ["--epochs", "1", "-q", "--set", "blocker_search=off", "--set", "prune=off", "--set",
-            "prune_blockers=false"]
+            "prune_blockers=false", "--set", "edit_screen=off"]
 DEFAULT_ARGS = ["--epochs", "1", "-q"]
 TIMEOUT = 180.0
 
@@ -400,7 +400,7 @@ def two_runs_at_once(procs, url: str, clean, tag: str) -> None:
         store.close()
 
 
-@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("kind", BACKENDS_PG_SLOW)
 def test_two_runs_driven_at_once_in_one_database(procs, dbs, clean, kind):
     reps = 8 if SLOW else 3 if kind == "sqlite" else 2
     for i in range(reps):

@@ -256,6 +256,7 @@ def test_a_workspace_item_with_a_file_where_a_directory_goes_is_refused():
         WorkspaceItem(id="x", instruction="i", check="true", files={"a": "1"}, check_files={"a/t.py": "2"})
 
 
+@pytest.mark.slow  # a whole run of the example: about 13 s
 def test_the_workspace_example_config_runs_from_its_own_folder(tmp_path):
     from conftest import EXAMPLES
 

@@ -177,9 +177,11 @@ def _v12_ablation(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _v13_screen(payload: dict[str, Any]) -> dict[str, Any]:
-    """Runs written before RunStarted v14 (RunForked v12) skipped a step whose screened edits all failed
-    their minibatches: a config without the key meant `edit_screen_fallback: none`."""
+    """Runs written before RunStarted v14 (RunForked v12) screened no edit unless told to, and skipped a step
+    whose screened edits all failed their minibatches: a config without the keys meant `edit_screen: off`
+    and `edit_screen_fallback: none` (their `prune_blockers` is in every such config, or set by `_v11`)."""
     config = dict(payload.get("config", {}))
+    config.setdefault("edit_screen", "off")
     config.setdefault("edit_screen_fallback", "none")
     return {**payload, "config": config}
 
