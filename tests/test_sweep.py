@@ -194,7 +194,7 @@ def clean(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def clean_defaults(tmp_path_factory):
-    """The same with every default (the blocker search and the prune on)."""
+    """The same with every default (the screen, the blocker search and the prune on)."""
     return clean_run(tmp_path_factory, DEFAULT_ARGS, None)
 
 
