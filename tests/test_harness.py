@@ -341,3 +341,20 @@ def test_presets_and_settings_refuse_what_cannot_run_in_one_line(monkeypatch):
 def test_an_agents_output_is_read_as_events():
     events, other = read_events('warming up\n{"type": "a"}\n[{"type": "b"}, {"type": "c"}]\n\n')
     assert events == [{"type": "a"}, {"type": "b"}, {"type": "c"}] and other == ["warming up"]
+
+
+def test_verify_takes_an_external_agents_rollouts_from_every_event_that_holds_them():
+    """The minibatch screen (on by default) and the repair and the search roll the agent out too, in the parts
+    their events list: verification must find those rollouts as well as a stage's own."""
+    from skillstate.engine.recorded import _rolled_out
+    from skillstate.log.events import Edit, ItemResult, RolloutCompleted
+    from skillstate.log.events_screen import EditsScreened, EditTried
+
+    result = ItemResult(item_id="export-01", hard=1.0, soft=1.0)
+    tried = EditTried(index=0, edit=Edit(op="append", content="- Run the tests."), aimed_types=["export"],
+                      skill="s1", item_ids=["export-01"], results=[result], failed=1, gain=1.0, passed=True)
+    screened = EditsScreened(step=1, tried=[tried, tried.model_copy(update={"skill": "s2"})])
+    assert [s for s, _ in _rolled_out(screened)] == ["s1", "s2"]
+    assert _rolled_out(EditsScreened(step=1)) == []
+    rollout = RolloutCompleted(step=1, skill="s0", results=[result])
+    assert _rolled_out(rollout) == [("s0", [result])]

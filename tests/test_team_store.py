@@ -330,7 +330,7 @@ def test_the_load_test_with_two_runs_and_a_poller(tmp_path):
                          cwd=str(tmp_path), capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     report = json.loads(res.stdout)
-    assert report["ok"] and report["runs"] == 2 and report["events"] == 2 * report["reference_events"] == 102
+    assert report["ok"] and report["runs"] == 2 and report["events"] == 2 * report["reference_events"] == 100
     assert all(r["contiguous"] and r["equals_reference"] and r["audit_ok"] and r["paid_twice"] == 0
                for r in report["per_run"])
     assert report["poller"]["runs listing (library)"]["n"] > 0

@@ -28,15 +28,24 @@ def recorded_results(ctx: RunContext) -> dict[tuple[str, str, int | None], list[
 
     out: dict[tuple[str, str, int | None], list[ItemResult]] = defaultdict(list)
     for stored in load_run(ctx.store, ctx.run_id).lineage:
-        event = stored.event
-        skill, results = getattr(event, "skill", None), getattr(event, "results", None)
-        if not isinstance(skill, str) or results is None:
-            continue
-        if isinstance(results, str):  # a blob: the JSON list of results
-            results = [ItemResult.model_validate(r) for r in json.loads(ctx.store.get_blob(results))]
-        for r in results:
-            out[(skill, r.item_id, r.sample)].append(r)
+        for skill, results in _rolled_out(stored.event):
+            if isinstance(results, str):  # a blob: the JSON list of results
+                results = [ItemResult.model_validate(r) for r in json.loads(ctx.store.get_blob(results))]
+            for r in results:
+                out[(skill, r.item_id, r.sample)].append(r)
     return out
+
+
+def _rolled_out(event: Any) -> list[tuple[str, Any]]:
+    """(skill blob, its results) of every rollout set an event holds: its own, and those of the parts it
+    lists (the screen's tried edits, the repair's and the search's ablations, the search's group)."""
+    parts = [event]
+    for name in type(event).model_fields:
+        value = getattr(event, name)
+        parts += value if isinstance(value, list) else [value]
+    return [(skill, results) for part in parts
+            if isinstance(skill := getattr(part, "skill", None), str)
+            and (results := getattr(part, "results", None)) is not None]
 
 
 class RecordedExecutor:
