@@ -207,6 +207,7 @@ def test_fork_from_a_step_of_an_episode_run_reuses_its_calls(tmp_path):
     assert audit(store, "c").ok and verify(store, "c").ok
 
 
+@pytest.mark.slow  # two whole text-world runs, one through the sim server: about 9 s
 def test_a_text_world_run_through_the_openai_client_against_the_sim_server_matches_the_sim(tmp_path, monkeypatch):
     import yaml
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 from conftest import small_config
 from run_helpers import OLD_LOOP
@@ -29,6 +30,7 @@ def gates(db: str, run_id: str) -> list[dict]:
     return [e["payload"] for e in json.loads(call("log", run_id, "--json", "--db", db)) if e["type"] == "GateDecided"]
 
 
+@pytest.mark.slow  # a run, its verify and a fork: about 9 s
 def test_a_paired_run_completes_replays_verifies_and_forks_with_the_rule_changed(tmp_path):
     db = f"sqlite:///{tmp_path / 'p.db'}"
     call("run", "--run-id", "base", "--epochs", "2", "-q", *OLD_LOOP, "--db", db)

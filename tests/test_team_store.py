@@ -204,6 +204,7 @@ def test_a_dead_holder_on_another_machine_blocks_until_its_lease_lapses(dbs, kin
 
 
 @needs_pg
+@slow  # three drivers on two machines: about 12 s
 def test_drivers_on_several_machines_released_at_once_one_per_run(dbs, drivers):
     """Four drivers of one run (an existing run, so each races for its lease) and two
     drivers of two new runs, each process another machine, all released at the same instant."""

@@ -128,6 +128,7 @@ def test_the_file_tools_stay_inside_the_workspace(tmp_path):
     assert not invalid and out.startswith("exit code 3")
 
 
+@pytest.mark.slow  # sandboxed rollouts of every bundled task kind: about 15 s
 def test_a_rollout_records_the_diff_and_the_check_and_a_skill_with_the_rules_does_better():
     env = build()
     items = env.items("val")
