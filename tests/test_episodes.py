@@ -38,8 +38,18 @@ def _payloads(store, run_id):
     return [(s.type, s.payload) for s in lineage_events(store, run_id)]
 
 
-def test_a_sim_run_in_a_text_world_learns_audits_and_verifies(tmp_path):
-    result = Trainer(rooms_config(), db=f"sqlite:///{tmp_path / 'r.db'}", run_id="r").train()
+@pytest.fixture(scope="module")
+def rooms_run(tmp_path_factory):
+    """A run of the rooms world on the defaults (the minibatch screen with its ranking fallback among them)."""
+    with pytest.MonkeyPatch.context() as mp:  # `rooms_on_path` is per test: this module-wide run needs its own
+        mp.syspath_prepend(str(EXAMPLES / "custom_episode"))
+        db = f"sqlite:///{tmp_path_factory.mktemp('rooms') / 'r.db'}"
+        yield Trainer(rooms_config(), db=db, run_id="r").train()
+    sys.modules.pop("rooms_env", None)
+
+
+def test_a_sim_run_in_a_text_world_learns_audits_and_verifies(rooms_run):
+    result = rooms_run
     s = result.summary
     assert s["status"] == "completed"
     assert s["best_score"] >= s["baseline_score"] + 0.3
@@ -229,22 +239,22 @@ def test_a_text_world_run_through_the_openai_client_against_the_sim_server_match
     assert audit(result.store, "o").ok and verify(result.store, "o").ok
 
 
-def test_the_screen_falls_back_to_the_ranking_when_no_edit_passes_alone(tmp_path):
+def test_the_screen_falls_back_to_the_ranking_when_no_edit_passes_alone(rooms_run, tmp_path):
     """In the rooms world one rule rarely wins back two failures alone: with `edit_screen_fallback: rank` (the
-    default) such a step still selects by the ranking and reaches the gate, and the run learns; with `none`
-    it is skipped, as runs logged before the fallback did."""
-    def run(fallback: str):
-        cfg = rooms_config(seed=0, edit_screen="minibatch", edit_screen_fallback=fallback)
-        result = Trainer(cfg, db=f"sqlite:///{tmp_path / f'{fallback}.db'}", run_id="r").train()
+    default, `rooms_run`) such a step still selects by the ranking and reaches the gate, and the run learns;
+    with `none` it is skipped, as runs logged before the fallback did."""
+    def steps(result):
         events = [s.event for s in lineage_events(result.store, "r")]
         failed = {e.step for e in events if e.type == "EditsScreened" and e.tried and not any(t.passed for t in
                                                                                                 e.tried)}
-        return result.summary, failed, {e.step: e for e in events if e.type == "EditsSelected"}
+        return failed, {e.step: e for e in events if e.type == "EditsSelected"}
 
-    ranked, failed, selected = run("rank")
+    config = rooms_run.state.config
+    assert (config["edit_screen"], config["edit_screen_fallback"]) == ("minibatch", "rank")
+    failed, selected = steps(rooms_run)
     assert failed and all(selected[s].method in ("all", "ranked", "fallback") and selected[s].edits for s in failed)
-    assert ranked["best_score"] >= ranked["baseline_score"] + 0.3
-    _, failed, selected = run("none")
+    cfg = rooms_config(edit_screen_fallback="none")
+    failed, selected = steps(Trainer(cfg, db=f"sqlite:///{tmp_path / 'none.db'}", run_id="r").train())
     assert failed and all(selected[s].method == "none" and not selected[s].edits for s in failed)
 
 
