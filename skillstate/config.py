@@ -166,6 +166,10 @@ class SkillConfig(Section):
                                                         "most two types) an edit is tried on.")
     edit_screen_others: int = Field(1, ge=0, description="edit_screen minibatch: the items of other types, which "
                                                          "the current skill got right, an edit is also tried on.")
+    edit_screen_early: bool = Field(
+        True, description="edit_screen minibatch: try an edit on one failure of each of its types first, and on the "
+                          "rest of its minibatch only while it could still pass (the same edits pass, with the same "
+                          "gains, for fewer calls; runs logged before it existed read false).")
     edit_screen_fallback: Literal["none", "rank"] = Field(
         "rank", description="edit_screen minibatch: the selection when no edit passes its minibatch. rank: the "
                             "optimizer ranks the edits as it would without the screen, so rules that gain only "

@@ -12,6 +12,7 @@ from conftest import small_config
 from run_helpers import call, log_of
 
 from skillstate.engine.runner import lineage_events
+from skillstate.log.event_codec import decode
 from skillstate.reading.audit import audit, verify
 from skillstate.sim.world import bundled_skill
 from skillstate.trainer import Trainer
@@ -104,6 +105,32 @@ def test_early_reject_changes_no_decision_search_or_screen(tmp_path, seed):
     assert any(e.type == "EditsScreened" and e.tried for e in events(on))
     report = verify(on.store, "r")
     assert report.ok and report.checked == report.total
+
+
+def test_trying_edits_on_their_first_failures_first_passes_the_same_edits_for_fewer_calls(tmp_path):
+    def run(early: bool):
+        cfg = small_config(seed=2, num_epochs=1, sim={"noise": "blocking"}, edit_screen="minibatch",
+                           edit_screen_early=early, use_step_buffer=False)
+        return Trainer(cfg, db=f"sqlite:///{tmp_path / f'{early}.db'}", run_id="r").train()
+
+    early, whole = run(True), run(False)
+    events = lambda r: [s.event for s in lineage_events(r.store, "r")]  # noqa: E731
+    tried = lambda r: [t for e in events(r) if e.type == "EditsScreened" for t in e.tried]  # noqa: E731
+    kept = lambda r: [(e.type, e.model_dump(exclude={"usage_by_role"})) for e in events(r)  # noqa: E731
+                      if e.type in ("EditsSelected", "GateDecided")]
+    assert kept(early) == kept(whole)  # the same selections and decisions
+    assert [(t.index, t.passed) for t in tried(early)] == [(t.index, t.passed) for t in tried(whole)]
+    for a, b in zip(tried(early), tried(whole), strict=True):
+        assert sorted(a.item_ids + a.left_out) == sorted(b.item_ids) and not b.left_out
+        if a.passed:  # tried on its whole minibatch: the same gain
+            assert a.item_ids == b.item_ids and a.gain == b.gain
+    assert any(t.left_out for t in tried(early))
+    assert sum(len(t.item_ids) for t in tried(early)) < sum(len(t.item_ids) for t in tried(whole))
+    assert verify(early.store, "r").ok
+    started = {"config": {"num_epochs": 1}, "initial_skill": "h", "dataset": {}, "dataset_fingerprint": "f",
+               "prompts": {}, "steps_per_epoch": 1, "total_steps": 1, "package_version": "0"}
+    assert decode("RunStarted", 14, started).config["edit_screen_early"] is False  # logged before: the whole
+    assert "edit_screen_early" not in decode("RunStarted", 15, started).config     # minibatch; new: the default
 
 
 def test_blocker_ablation_each_rolls_every_ablation_out_on_every_item_and_finds_the_same_line(tmp_path):

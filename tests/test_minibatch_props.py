@@ -78,3 +78,26 @@ def test_the_edits_that_pass_compete_by_their_gain_merge_order_among_equals(gain
     at = {i: g for i, g in zip(indices, gains, strict=True)}
     for a, b in zip(order, order[1:], strict=False):
         assert at[a] > at[b] or (at[a] == at[b] and a < b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(TYPES), st.sampled_from([0.0, 0.5, 1.0]), st.sampled_from([0.0, 1.0])),
+                max_size=8), st.lists(st.sampled_from(TYPES), unique=True, max_size=2))
+def test_trying_the_first_failures_first_passes_the_same_edits_with_the_same_gains(outcomes, aimed):
+    """edit_screen_early: an edit tried on one failure of each type first, and on the rest only while
+    `may_pass` says it could still pass, passes exactly when it would on its whole minibatch; the edits that
+    pass were tried on every item (the same gain), and the first round is made of decisive failures."""
+    minibatch = [(f"i{k}", t, current) for k, (t, _, current) in enumerate(outcomes)]
+    value = {f"i{k}": tried for k, (_, tried, _) in enumerate(outcomes)}
+    first = rules.first_round(minibatch, aimed)
+    assert first == [i for i, _, _ in minibatch if i in set(first)]  # a subsequence, in the minibatch's order
+    of = {i: (t, current) for i, t, current in minibatch}
+    assert all(of[i][1] < 1 and (not aimed or of[i][0] in aimed) for i in first)
+    keys = [of[i][0] if aimed else "" for i in first]
+    assert len(keys) == len(set(keys))  # one failure per type
+    tried = [(of[i][0], value[i], of[i][1]) for i in first]
+    left = [(t, current) for i, t, current in minibatch if i not in set(first)]
+    whole = [(t, value[i], current) for i, t, current in minibatch]
+    if rules.passes(whole, aimed):  # then it is never stopped, so it is tried on every item: the same gain
+        assert rules.may_pass(tried, left, aimed)
+    assert rules.may_pass(whole, [], aimed) == rules.passes(whole, aimed)  # nothing left: the verdict itself

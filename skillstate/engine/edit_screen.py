@@ -49,22 +49,44 @@ def try_edits(ctx: RunContext, state: RunState) -> list[Event]:
         aims = blocker_rules.aimed_items(patches, [edits[i]])
         ids = rules.minibatch(aims, batch, cfg.edit_screen_items, cfg.seed, p.step, i, cfg.edit_screen_others)
         plans.append(dict(index=i, aimed=list(aims), ids=ids, skill=patch_with(cfg, base, [edits[i]])[0]))
-    jobs = [(n, ctx.env.item(item_id)) for n, plan in enumerate(plans) for item_id in plan["ids"]]
-    ctx.expect_calls(ctx.rollout_calls(len(jobs)))
-    done = ctx.map(lambda job: rollout_one(ctx, plans[job[0]]["skill"], job[1]), jobs)
-    check_rollout_errors(ctx, done)
-    tried, at = [], 0
-    for plan in plans:
-        results = done[at: at + len(plan["ids"])]
-        at += len(plan["ids"])
-        before = [value(current[i]) for i in plan["ids"]]
-        outcomes = [(current[i].task_type or "untyped", value(r), b)
-                    for i, r, b in zip(plan["ids"], results, before, strict=True)]
+    minibatches = [[(i, current[i].task_type or "untyped", value(current[i])) for i in plan["ids"]]
+                   for plan in plans]
+    got: dict[tuple[int, str], ItemResult] = {}
+    if cfg.edit_screen_early:  # one failure of each aimed type first; the rest while the edit could still pass
+        roll(ctx, plans, {n: rules.first_round(mb, plans[n]["aimed"]) for n, mb in enumerate(minibatches)}, got)
+        left = {n: [(i, t, c) for i, t, c in mb if (n, i) not in got] for n, mb in enumerate(minibatches)}
+        roll(ctx, plans, {n: [i for i, _, _ in rest] for n, rest in left.items()
+                          if rest and rules.may_pass([(t, value(got[n, i]), c) for i, t, c in minibatches[n]
+                                                      if (n, i) in got], [(t, c) for _, t, c in rest],
+                                                     plans[n]["aimed"])}, got)
+    else:
+        roll(ctx, plans, {n: list(plan["ids"]) for n, plan in enumerate(plans)}, got)
+    check_rollout_errors(ctx, list(got.values()))  # the failure share over the stage's rollouts together
+    tried = []
+    for n, plan in enumerate(plans):
+        ids = [i for i in plan["ids"] if (n, i) in got]
+        results = [got[n, i] for i in ids]
+        before = [value(current[i]) for i in ids]
+        outcomes = [(current[i].task_type or "untyped", value(r), b) for i, r, b in zip(ids, results, before,
+                                                                                          strict=True)]
         tried.append(EditTried(index=plan["index"], edit=edits[plan["index"]], aimed_types=plan["aimed"],
-                               skill=ctx.put_skill(plan["skill"]), item_ids=plan["ids"], results=results,
+                               skill=ctx.put_skill(plan["skill"]), item_ids=ids, results=results,
+                               left_out=[i for i in plan["ids"] if (n, i) not in got],
                                failed=sum(1 for v in before if v < 1),
                                gain=rules.net([value(r) for r in results], before),
                                passed=rules.passes(outcomes, plan["aimed"])))
     passed = sum(1 for t in tried if t.passed)
     return [EditsScreened(step=p.step, tried=tried,
                           reason=f"{passed} of {len(tried)} edits passed on their minibatches")]
+
+
+def roll(ctx: RunContext, plans: list[dict[str, Any]], ids: dict[int, list[str]],
+         got: dict[tuple[int, str], ItemResult]) -> None:
+    """The items `ids` of each plan (by its position) rolled out with that plan's skill, at once, into `got`."""
+    jobs = [(n, item_id) for n, some in ids.items() for item_id in some]
+    if not jobs:
+        return
+    ctx.expect_calls(ctx.rollout_calls(len(jobs)))
+    done = ctx.map(lambda job: rollout_one(ctx, plans[job[0]]["skill"], ctx.env.item(job[1])), jobs)
+    check_rollout_errors(ctx, done)
+    got.update(zip(jobs, done, strict=True))

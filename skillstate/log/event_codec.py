@@ -186,6 +186,14 @@ def _v13_screen(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "config": config}
 
 
+def _v14_screen_early(payload: dict[str, Any]) -> dict[str, Any]:
+    """Runs written before RunStarted v15 (RunForked v13) tried each screened edit on its whole minibatch: a
+    config without the key meant `edit_screen_early: false`."""
+    config = dict(payload.get("config", {}))
+    config.setdefault("edit_screen_early", False)
+    return {**payload, "config": config}
+
+
 def _v1_gate(payload: dict[str, Any]) -> dict[str, Any]:
     """GateDecided v2 adds the robust rules' verdicts; a v1 decision was the strict rule's alone."""
     return payload
@@ -216,6 +224,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunForked", 10): _v12_ablation,
     ("RunStarted", 13): _v13_screen,
     ("RunForked", 11): _v13_screen,
+    ("RunStarted", 14): _v14_screen_early,
+    ("RunForked", 12): _v14_screen_early,
     ("GateDecided", 1): _v1_gate,
 }
 

@@ -18,8 +18,9 @@ class EditTried(Frozen):
     edit: Edit
     aimed_types: list[str]  # the types its analysts were shown failing (empty: none named it)
     skill: str  # the current skill with this edit alone (blob)
-    item_ids: list[str]  # the minibatch, in batch order
+    item_ids: list[str]  # the minibatch's items it was tried on, in batch order
     results: list[ItemResult]  # the edit's outcomes there, in `item_ids` order
+    left_out: list[str] = []  # edit_screen_early: the minibatch's items not tried, once it could no longer pass
     failed: int  # how many of the items the current skill failed
     gain: float  # sum over the items of (value with the edit - the current skill's value)
     passed: bool

@@ -7,7 +7,10 @@ the task types they aimed it at (those their failure summary names), and one ite
 the current skill got right (to see an edit that breaks something else). The current skill's outcomes on
 them are the step's rollout, so only the edit's side costs calls. An edit passes when it wins back more
 than half of the failures of one of its types, net, and gains on the whole minibatch. The edits that pass
-compete for the budget by their gain, not by the ranking call. Deterministic and property-tested
+compete for the budget by their gain, not by the ranking call. With `edit_screen_early`, an edit is first
+tried on one failure of each of its types (`first_round`) and on the rest only while it could still pass
+(`may_pass`): the edits that pass are tried on the whole minibatch, so the same edits pass with the same
+gains, for fewer calls. Deterministic and property-tested
 (tests/test_minibatch_props.py); the engine's stage is `skillstate.engine.edit_screen`."""
 
 from __future__ import annotations
@@ -66,6 +69,28 @@ def passes(outcomes: Sequence[tuple[str, float, float]], aimed: Sequence[str]) -
             groups[key] = (gain + tried - current, n + 1)
     total = net([x for _, x, _ in outcomes], [c for _, _, c in outcomes])
     return total > 0 and any(2 * round(gain, 9) > n for gain, n in groups.values())
+
+
+def first_round(minibatch: Sequence[tuple[str, str, float]], aimed: Sequence[str]) -> list[str]:
+    """The items an edit is tried on first, from its minibatch as (item id, task type, the current skill's
+    value), in that order: the first failure of each type it was aimed at (of any type when none was named),
+    the failures that decide whether it passes."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for item_id, t, current in minibatch:
+        key = t if aimed else ""
+        if current < 1 and (not aimed or t in aimed) and key not in seen:
+            seen.add(key)
+            out.append(item_id)
+    return out
+
+
+def may_pass(tried: Sequence[tuple[str, float, float]], left: Sequence[tuple[str, float]],
+             aimed: Sequence[str]) -> bool:
+    """Whether an edit could still pass (`passes`), from its outcomes so far as (task type, value with it,
+    without it) and the items left as (task type, value without it): the best it can do is win every item
+    left (a value is at most 1)."""
+    return passes([*tried, *((t, 1.0, current) for t, current in left)], aimed)
 
 
 def ranked(indices: Sequence[int], gains: Sequence[float]) -> list[int]:
