@@ -44,7 +44,7 @@ def _set(data: dict, key: str, value: str) -> None:
 
 def train(world: str, retrieval: str, seed: int, epochs: int | None, extra: list[str], work: Path) -> dict:
     from skillstate.bank.document import read_bank
-    from skillstate.config import validate_config
+    from skillstate.config_views import validate_config
     from skillstate.log.reducer import RunState, reduce
     from skillstate.storage.store import Store
     from skillstate.trainer import Trainer

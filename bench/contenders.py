@@ -64,7 +64,7 @@ class StageClock:
 
 def run_skillstate(spec: dict[str, Any]) -> dict[str, Any]:
     from skillstate import Trainer
-    from skillstate.config import validate_config
+    from skillstate.config_views import validate_config
 
     schedule = spec["schedule"]
     model = {"base_url": spec["base_url"], "api_key_env": KEY_ENV}

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from contenders import KEY_ENV, OPTIMIZER_MODEL, TARGET_MODEL
 
-from skillstate.config import validate_config
+from skillstate.config_views import validate_config
 from skillstate.engine.runner import load_run
 from skillstate.sim.noise import MODERATE, SimNoise
 from skillstate.sim.server import SimServer

@@ -66,8 +66,9 @@ def sim_world_named(env_name: str | None, data: str | None, config_file: str | N
     """The sim world of an environment, on its built-in tasks or a dataset
     directory; with a config file, the environment of that run config; with
     `skill_dir`, the evals of that skill (env evals)."""
-    from skillstate.config import SkillConfig, validate_config
+    from skillstate.config import SkillConfig
     from skillstate.config_sources import load_config_file
+    from skillstate.config_views import validate_config
     from skillstate.envs.registry import apply_settings, construct_env, env_settings, resolve_env
     from skillstate.sim.backend import sim_world_for
     from skillstate.sim.noise import SimNoise

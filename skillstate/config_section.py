@@ -28,7 +28,7 @@ def _leaves(value: Any, where: str = "") -> list[tuple[str, Any]]:
 
 
 def is_stored(info: ValidationInfo) -> bool:
-    """Whether this validation reads back a config from a log (`skillstate.config.stored_config`)."""
+    """Whether this validation reads back a config from a log (`skillstate.config_views.stored_config`)."""
     return bool(info.context and info.context.get("stored"))
 
 

@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from skillstate.config import DICT_KEYS, SkillConfig, config_keys, flatten_keys, unknown_key, validate_config
+from skillstate.config import SkillConfig
+from skillstate.config_views import DICT_KEYS, config_keys, flatten_keys, unknown_key, validate_config
 from skillstate.envs.run_paths import name_run_paths
 from skillstate.errors import ConfigError
 from skillstate.input_files import read_input_text

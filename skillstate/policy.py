@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from skillstate.config import SkillConfig, stored_config, validate_config
+from skillstate.config import SkillConfig
 from skillstate.config_sources import merge_overrides
+from skillstate.config_views import stored_config, validate_config
 from skillstate.engine.context import ProgressCallback
 from skillstate.engine.create import FIXED_ON_FORK, PolicyStart
 from skillstate.engine.loading import load_run, new_run_id

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from skillstate.config import SkillConfig, public_config, semantic_view, stored_config
+from skillstate.config import SkillConfig
+from skillstate.config_views import public_config, semantic_view, stored_config
 from skillstate.engine.context import ProgressCallback
 from skillstate.engine.runner import (
     BackendFactory,

@@ -7,8 +7,9 @@ import json
 import pytest
 from conftest import EXAMPLES
 
-from skillstate.config import public_config, redact, semantic_view
+from skillstate.config import redact
 from skillstate.config_sources import build_config, parse_assignment
+from skillstate.config_views import public_config, semantic_view
 from skillstate.envs.qa import load_dataset_dir, score_answer, token_f1
 from skillstate.errors import ConfigError, DataError
 from skillstate.prompts import PROMPT_NAMES, resolve_prompts

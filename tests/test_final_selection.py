@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from skillstate.cli.main import cli
-from skillstate.config import stored_config
+from skillstate.config_views import stored_config
 from skillstate.dashboard.app import create_app
 from skillstate.dashboard.store_view import open_read_only
 from skillstate.engine import runner

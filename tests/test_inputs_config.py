@@ -19,8 +19,9 @@ from click.testing import CliRunner
 from conftest import EXAMPLES
 
 from skillstate.cli.main import cli
-from skillstate.config import SkillConfig, config_keys, validate_config
+from skillstate.config import SkillConfig
 from skillstate.config_section import leaf_types
+from skillstate.config_views import config_keys, validate_config
 from skillstate.engine.runner import create_run, dataset_of, load_run
 from skillstate.errors import ConfigError
 from skillstate.storage.store import Store

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from conftest import small_config
 
 from skillstate.cli.main import cli
-from skillstate.config import flatten_keys
+from skillstate.config_views import flatten_keys
 from skillstate.engine.runner import load_run
 from skillstate.errors import UserError
 from skillstate.exports.mlflow_common import config_params

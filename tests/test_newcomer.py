@@ -219,8 +219,8 @@ def test_3_an_external_agents_skill_loads_are_said_to_be_unobserved_not_zero():
     from conftest import EXAMPLES
 
     from skillstate.cli.notes import trigger_lines
-    from skillstate.config import public_config
     from skillstate.config_sources import build_config
+    from skillstate.config_views import public_config
     from skillstate.reading.triggers import unobserved_loads
 
     shell = public_config(build_config(EXAMPLES / "agents" / "shell-agent.yaml"))

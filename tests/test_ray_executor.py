@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from conftest import EXAMPLES, assert_paid_once, logical_usage
 
 from skillstate.cli.main import cli
-from skillstate.config import SkillConfig, semantic_view
+from skillstate.config import SkillConfig
+from skillstate.config_views import semantic_view
 from skillstate.engine.executors import pool_size
 from skillstate.errors import BudgetStop, ConfigError
 from skillstate.reading.audit import audit, verify

@@ -13,7 +13,8 @@ from conftest import small_config
 from run_helpers import OLD_LOOP
 
 from skillstate.cli.main import cli
-from skillstate.config import SkillConfig, stored_config
+from skillstate.config import SkillConfig
+from skillstate.config_views import stored_config
 from skillstate.engine.loading import load_run
 from skillstate.engine.review_desk import ReviewTaken, decide
 from skillstate.errors import ReviewPending, UserError
@@ -450,7 +451,7 @@ def test_a_log_written_before_review_existed_reads_as_review_off(tmp_path):
 
 
 def test_review_is_refused_in_mode_bank():
-    from skillstate.config import validate_config
+    from skillstate.config_views import validate_config
     from skillstate.errors import ConfigError
 
     with pytest.raises(ConfigError, match="review does not apply"):

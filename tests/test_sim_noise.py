@@ -16,8 +16,9 @@ from click.testing import CliRunner
 from conftest import small_config
 
 from skillstate.cli.main import cli
-from skillstate.config import SkillConfig, validate_config
+from skillstate.config import SkillConfig
 from skillstate.config_sources import build_config
+from skillstate.config_views import validate_config
 from skillstate.engine.runner import lineage_events
 from skillstate.errors import ConfigError
 from skillstate.reading.audit import verify

@@ -183,7 +183,8 @@ def _table(model: type[BaseModel], prefix: str, runtime: set[str]) -> list[str]:
 
 
 def config_tables() -> str:
-    from skillstate.config import RUNTIME_KEYS, SkillConfig
+    from skillstate.config import SkillConfig
+    from skillstate.config_views import RUNTIME_KEYS
 
     runtime = set(RUNTIME_KEYS)
     stale = sorted(k for k in MISSING_DESCRIPTIONS

@@ -12,8 +12,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from skillstate import __version__
-from skillstate.config import SkillConfig, public_config, redact, validate_config
+from skillstate.config import SkillConfig, redact
 from skillstate.config_sources import merge_overrides
+from skillstate.config_views import public_config, validate_config
 from skillstate.engine.loading import checked_prefix, lineage_events, new_run_id, roles_of, state_of, step_boundary
 from skillstate.engine.skill_source import InitialSkill, is_skill_tree_path, read_initial_skill
 from skillstate.envs import QAEnv, SkillEnv

@@ -67,7 +67,7 @@ def state_of(stored: list[StoredEvent]) -> RunState:
 
 
 def config_of(state: RunState) -> SkillConfig:
-    from skillstate.config import stored_config
+    from skillstate.config_views import stored_config
 
     return stored_config(dict(state.config))
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import ray
 
-from skillstate.config import SkillConfig, validate_config
+from skillstate.config import SkillConfig
+from skillstate.config_views import validate_config
 from skillstate.engine.rollout import run_rollout
 from skillstate.errors import EnvFailure
 from skillstate.llm.base import CallFailed, CallResult, ChatRequest, ChatResponse, FatalLLMError

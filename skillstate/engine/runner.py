@@ -12,7 +12,8 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from skillstate.config import RUNTIME_KEYS, SkillConfig, redact, stored_config
+from skillstate.config import SkillConfig, redact
+from skillstate.config_views import RUNTIME_KEYS, stored_config
 from skillstate.engine import (
     ahead,
     bank,

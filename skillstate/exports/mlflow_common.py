@@ -33,7 +33,8 @@ def metric_key(key: str) -> str:
 def config_params(config: dict[str, Any], limit: int = 6000) -> dict[str, str]:
     """The config as MLflow params: dotted keys, string values, secrets masked, each value at most `limit`
     characters."""
-    from skillstate.config import flatten_keys, redact
+    from skillstate.config import redact
+    from skillstate.config_views import flatten_keys
 
     out: dict[str, str] = {}
     for key, value in sorted(flatten_keys(dict(config)).items()):
