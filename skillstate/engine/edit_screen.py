@@ -54,11 +54,13 @@ def try_edits(ctx: RunContext, state: RunState) -> list[Event]:
     got: dict[tuple[int, str], ItemResult] = {}
     if cfg.edit_screen_early:  # one failure of each aimed type first; the rest while the edit could still pass
         roll(ctx, plans, {n: rules.first_round(mb, plans[n]["aimed"]) for n, mb in enumerate(minibatches)}, got)
-        left = {n: [(i, t, c) for i, t, c in mb if (n, i) not in got] for n, mb in enumerate(minibatches)}
-        roll(ctx, plans, {n: [i for i, _, _ in rest] for n, rest in left.items()
-                          if rest and rules.may_pass([(t, value(got[n, i]), c) for i, t, c in minibatches[n]
-                                                      if (n, i) in got], [(t, c) for _, t, c in rest],
-                                                     plans[n]["aimed"])}, got)
+        rest: dict[int, list[str]] = {}
+        for n, mb in enumerate(minibatches):
+            so_far = [(t, value(got[n, i]), c) for i, t, c in mb if (n, i) in got]
+            left = [(i, t, c) for i, t, c in mb if (n, i) not in got]
+            if left and rules.may_pass(so_far, [(t, c) for _, t, c in left], plans[n]["aimed"]):
+                rest[n] = [i for i, _, _ in left]
+        roll(ctx, plans, rest, got)
     else:
         roll(ctx, plans, {n: list(plan["ids"]) for n, plan in enumerate(plans)}, got)
     check_rollout_errors(ctx, list(got.values()))  # the failure share over the stage's rollouts together
