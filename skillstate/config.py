@@ -153,6 +153,11 @@ class SkillConfig(Section):
                              "step's search first removes every searched line of one clause at once and ablates "
                              "those one by one only when that lifts half the items (fewer calls); each: every "
                              "ablation on every item (runs logged before group was the default read each).")
+    blocker_stop_by_line: bool = Field(
+        True, description="blocker_ablation group: stop an ablation only once no ablation of its line (the whole "
+                          "line or a clause) could still lift half the items, so the clause chosen over its line "
+                          "is the one every ablation rolled out on every item would give (runs logged before it "
+                          "existed read false: each ablation stopped on its own).")
     edit_screen: Literal["off", "minibatch"] = Field(
         "minibatch", description="minibatch: before selection, apply each merged edit alone to the current skill and "
                                  "roll it out on a few failures its analysts were shown, of the types their summary "

@@ -217,22 +217,40 @@ def test_an_ablation_is_stopped_only_when_no_rest_of_its_outcomes_could_lift_hal
 @settings(max_examples=150, deadline=None)
 @given(searches())
 def test_stopping_ablations_early_names_the_blocker_the_full_search_names(search):
-    """On failed stuck items (value 0), each ablation rolled out item by item and stopped as
-    `blocker_ablation: group` stops it: whatever the full search names, the stopped one names too."""
+    """On failed stuck items (value 0), the ablations rolled out item by item and stopped as
+    `blocker_ablation: group` stops them (`rules.live`, by line): whatever the full search names, the stopped
+    one names too, clause or whole line, and the named line's ablations were all rolled out in full."""
     _lines, found_units, items, planted, noise = search
     candidate = [0.0] * items
     full = _outcomes(found_units, items, planted, noise, quiet=False)
-    stopped = []
-    for outcome in full:
-        k = 0
-        while k < items and rules.may_stand_out(outcome[:k], candidate):
-            k += 1
-        stopped.append(outcome[:k])
+    lines = [line for line, _ in found_units]
+    going, k = list(range(len(full))), 0
+    rolled = [0] * len(full)
+    while going and k < items:
+        k += 1
+        for u in going:
+            rolled[u] = k
+        still = set(rules.live([o[:rolled[u]] for u, o in enumerate(full)], candidate, lines))
+        going = [u for u in going if u in still]
+    stopped = [o[:rolled[u]] for u, o in enumerate(full)]
     named = rules.verdict([rules.lift(o, candidate) for o in full], found_units, items)
     lifts = [rules.lift(o, candidate[:len(o)]) for o in stopped]
     if named is not None:
         assert rules.verdict(lifts, found_units, items) == named
-        assert len(stopped[named]) == items
+        assert all(len(stopped[u]) == items for u, line in enumerate(lines) if line == lines[named])
+
+
+def test_a_clause_that_lifts_less_than_half_still_competes_with_its_line():
+    """The clause chosen over its line needs only half the line's lift, less than half the items: stopped on
+    its own it would lose to the whole line (how runs logged before `blocker_stop_by_line` stopped it)."""
+    candidate = [0.0] * 5
+    whole, clause_a, clause_b = [1.0, 1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 1.0]
+    units = [(0, None), (0, 0), (0, 1)]
+    full = [rules.lift(o, candidate) for o in (whole, clause_a, clause_b)]
+    assert rules.verdict(full, units, 5) == 2  # the full search keeps the line and drops its clause 1
+    early = [whole[:3], clause_a[:3], clause_b[:3]]
+    assert rules.live(early, candidate, None) == [0]  # each on its own: the clauses stop, the whole goes on
+    assert rules.live(early, candidate, [0, 0, 0]) == [0, 1, 2]  # by line: all three go on with the whole
 
 
 def test_the_group_holds_the_lines_of_one_clause_and_lifts_at_half_the_items():

@@ -129,8 +129,9 @@ def test_trying_edits_on_their_first_failures_first_passes_the_same_edits_for_fe
     assert verify(early.store, "r").ok
     started = {"config": {"num_epochs": 1}, "initial_skill": "h", "dataset": {}, "dataset_fingerprint": "f",
                "prompts": {}, "steps_per_epoch": 1, "total_steps": 1, "package_version": "0"}
-    assert decode("RunStarted", 14, started).config["edit_screen_early"] is False  # logged before: the whole
-    assert "edit_screen_early" not in decode("RunStarted", 15, started).config     # minibatch; new: the default
+    old = decode("RunStarted", 14, started).config  # logged before: the whole minibatch, ablations stopped alone
+    assert old["edit_screen_early"] is False and old["blocker_stop_by_line"] is False
+    assert "edit_screen_early" not in decode("RunStarted", 15, started).config  # a new run's defaults apply
 
 
 def test_blocker_ablation_each_rolls_every_ablation_out_on_every_item_and_finds_the_same_line(tmp_path):

@@ -3,8 +3,9 @@ search (`blocker_search`) and the prune's test of the lowest type (`prune_blocke
 what order, and which ablation names a blocker are the pure rules of `skillstate.skillopt.blockers`.
 
 With `blocker_ablation: group` the ablations are rolled out a few stuck items at a time, all of them
-together, and an ablation stops once it could no longer lift half the items even if it won every item left
-(it could not name the blocker then); the step's search first rolls out the candidate without every
+together, and an ablation stops once neither it nor (with `blocker_stop_by_line`) another ablation of its line
+could still lift half the items even if it won every item left (the line could not be named then); the step's
+search first rolls out the candidate without every
 searched line of one clause at once, and ablates those one by one only when that lifts half the items (a
 line of several clauses is always ablated whole and clause by clause). `each` (runs logged before `group`
 was the default) rolls out every ablation on every item."""
@@ -65,7 +66,8 @@ def ablate(ctx: RunContext, state: RunState, task_type: str, lines: list[str], i
             if not found_units:
                 return Ablated([], None, group)
     skills = [build([removal]) for removal in removals]
-    by_unit = roll(ctx, skills, items, before, value, stepwise=stepwise)
+    by_unit = roll(ctx, skills, items, before, value, stepwise=stepwise,
+                   lines=[i for i, _ in found_units] if cfg.blocker_stop_by_line else None)
     lifts = [round(rules.lift([value(r) for r in rs], before[:len(rs)]), 9) for rs in by_unit]
     ablations = [LineAblation(line=lines[i], part=k, edit=removals[u], skill=ctx.put_skill(skills[u]),
                               results=by_unit[u], score=mean([value(r) for r in by_unit[u]]), lifted=lifts[u])
@@ -74,10 +76,11 @@ def ablate(ctx: RunContext, state: RunState, task_type: str, lines: list[str], i
 
 
 def roll(ctx: RunContext, skills: list[str], items: list[dict], before: list[float],
-         value: Callable[[ItemResult], float], stepwise: bool) -> list[list[ItemResult]]:
+         value: Callable[[ItemResult], float], stepwise: bool,
+         lines: list[int] | None = None) -> list[list[ItemResult]]:
     """Each of `skills` rolled out on `items`: all at once, or (`stepwise`) a few items at a time (about ROUND
-    rollouts a round) for every skill still able to lift half the items (`rules.may_stand_out`), the others
-    stopped."""
+    rollouts a round) for every skill still able to lift half the items, or (with `lines`, the line each skill
+    removes) whose line has one still able to (`rules.live`), the others stopped."""
     if not stepwise:
         jobs = [(u, item) for u in range(len(skills)) for item in items]
         ctx.expect_calls(ctx.rollout_calls(len(jobs)))
@@ -95,7 +98,8 @@ def roll(ctx: RunContext, skills: list[str], items: list[dict], before: list[flo
         for (u, _), r in zip(jobs, done, strict=True):
             out[u].append(r)
         at += width
-        live = [u for u in live if rules.may_stand_out([value(r) for r in out[u]], before)]
+        going = set(rules.live([[value(r) for r in rs] for rs in out], before, lines))
+        live = [u for u in live if u in going]
     check_rollout_errors(ctx, [r for rs in out for r in rs])  # the failure share over all of them, as `each`
     return out
 

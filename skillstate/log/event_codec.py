@@ -187,10 +187,12 @@ def _v13_screen(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _v14_screen_early(payload: dict[str, Any]) -> dict[str, Any]:
-    """Runs written before RunStarted v15 (RunForked v13) tried each screened edit on its whole minibatch: a
-    config without the key meant `edit_screen_early: false`."""
+    """Runs written before RunStarted v15 (RunForked v13) tried each screened edit on its whole minibatch and
+    stopped each grouped blocker ablation on its own: a config without the keys meant `edit_screen_early:
+    false` and `blocker_stop_by_line: false`."""
     config = dict(payload.get("config", {}))
     config.setdefault("edit_screen_early", False)
+    config.setdefault("blocker_stop_by_line", False)
     return {**payload, "config": config}
 
 

@@ -169,6 +169,19 @@ def may_stand_out(ablated: Sequence[float], candidate: Sequence[float]) -> bool:
     return 2 * round(best, 9) >= len(candidate) > 0
 
 
+def live(outcomes: Sequence[Sequence[float]], candidate: Sequence[float], lines: Sequence[int] | None) -> list[int]:
+    """The ablations `blocker_ablation: group` goes on rolling out, from each one's outcomes so far on the first
+    of the stuck items (whose values without any removal are `candidate`). With `lines` (the line each ablation
+    removes, whole or a clause), an ablation goes on while any ablation of its line may still stand out: the
+    line `verdict` names then has every ablation rolled out on every item, so its clause is chosen against its
+    whole line as the full search chooses it. Without (runs logged before), each ablation on its own."""
+    standing = [may_stand_out(o, candidate) for o in outcomes]
+    if lines is None:
+        return [u for u, up in enumerate(standing) if up]
+    alive = {line for line, up in zip(lines, standing, strict=True) if up}
+    return [u for u, line in enumerate(lines) if line in alive]
+
+
 def lift(ablated: Sequence[float], candidate: Sequence[float]) -> float:
     """What an ablation gave back on the stuck items: the sum of (value without the line - the candidate's)."""
     if len(ablated) != len(candidate):
