@@ -241,6 +241,30 @@ class RunTemplates:
         return f"sqlite:///{dest}"
 
 
+def computed_once(tmp_path_factory, name: str, compute: Callable[[], object]):
+    """`compute()`'s result (JSON data), computed once per test session, whatever the number of workers: under
+    xdist each worker is a process of its own, so a session or module fixture is built once in each; with this
+    the first worker to ask computes it and writes it to the session's shared temporary folder, and the others
+    wait for it (a file lock) and read it (pytest-xdist's recipe for data shared between workers). `name` names
+    what is computed: the same name, the same data."""
+    import fcntl
+    import json
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the folder all of the session's workers make theirs in
+    path = root / f"shared-{name}.json"
+    with open(root / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when compute() fails
+        if path.exists():
+            return json.loads(path.read_text(encoding="utf-8"))
+        data = compute()
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        tmp.replace(path)
+        return json.loads(path.read_text(encoding="utf-8"))  # the same form for every worker
+
+
 @pytest.fixture(scope="session")
 def run_templates(tmp_path_factory) -> RunTemplates:
     return RunTemplates(tmp_path_factory.mktemp("templates"))

@@ -28,17 +28,20 @@ def test_default_run_learns_and_the_gate_rejects_some_candidates(tmp_path):
         "arithmetic", "unit_conversion", "date_reasoning", "reading", "letter_counting", "list_ordering"}
 
 
-def test_same_seed_same_log_whatever_the_concurrency(tmp_path):
+def test_same_seed_same_log_whatever_the_concurrency(tmp_path, finished_run):
     a = Trainer(small_config(concurrency=1), db=f"sqlite:///{tmp_path / 'a.db'}", run_id="r").train()
-    b = Trainer(small_config(concurrency=8), db=f"sqlite:///{tmp_path / 'b.db'}", run_id="r").train()
+    store, b, _ = finished_run  # small_config() at the default concurrency, 8 (the payloads do not hold the run id)
+    assert b.state.config["concurrency"] == 8
     drop = lambda rows: [(t, p) for t, p in rows if t != "RunStarted"]  # noqa: E731  (config differs)
-    assert drop(_payloads(a.store, "r")) == drop(_payloads(b.store, "r"))
+    assert drop(_payloads(a.store, "r")) == drop(_payloads(store, b.run_id))
 
 
-@pytest.fixture(scope="module")
-def clean(tmp_path_factory):
-    """The uninterrupted run `r` the crash tests compare with (they only read it)."""
-    return Trainer(small_config(), db=f"sqlite:///{tmp_path_factory.mktemp('clean') / 'clean.db'}", run_id="r").train()
+@pytest.fixture
+def clean(finished_run):
+    """The uninterrupted run the crash tests compare with (they only read it): the session's `finished_run`, the
+    same config (the payloads do not hold the run id)."""
+    store, result, _ = finished_run
+    return store, result
 
 
 @pytest.mark.parametrize("after_calls", [30, 95, 640])  # baseline, reflect/merge of step 1, mid run
@@ -48,9 +51,10 @@ def test_resume_after_a_crash_mid_stage_reproduces_the_uninterrupted_run(tmp_pat
         Trainer(small_config(), store=store, run_id="r", backend_factory=crashing_factory(after_calls)).train()
     assert audit(store, "r").ok  # nothing half-written
     resumed = Trainer(store=store, run_id="r").train()
-    assert _payloads(store, "r") == _payloads(clean.store, "r")
+    clean_store, clean_result = clean
+    assert _payloads(store, "r") == _payloads(clean_store, clean_result.run_id)
     # every request was paid for once: what the crashed session sent is served on resume
-    assert logical_usage(resumed.summary) == logical_usage(clean.summary)
+    assert logical_usage(resumed.summary) == logical_usage(clean_result.summary)
     assert_paid_once(store, "r")
 
 
@@ -64,7 +68,8 @@ def test_resume_after_a_crash_between_events(tmp_path, clean):
     with pytest.raises(Crash):
         Trainer(small_config(), store=store, run_id="r", on_progress=die_after_rollout).train()
     Trainer(store=store, run_id="r").train()
-    assert _payloads(store, "r") == _payloads(clean.store, "r")
+    clean_store, clean_result = clean
+    assert _payloads(store, "r") == _payloads(clean_store, clean_result.run_id)
 
 
 def test_finished_run_is_verified_and_audited(finished_run):

@@ -40,7 +40,9 @@ def _payloads(store, run_id):
 
 @pytest.fixture(scope="module")
 def rooms_run(tmp_path_factory):
-    """A run of the rooms world on the defaults (the minibatch screen with its ranking fallback among them)."""
+    """A run `r` of the rooms world on the defaults (the minibatch screen with its ranking fallback among them):
+    the tests that read it, the uninterrupted run the crash tests compare with, the concurrency test's run at the
+    default concurrency, and the fork test's parent (in a copy of its database, `copy_of_rooms_run`)."""
     with pytest.MonkeyPatch.context() as mp:  # `rooms_on_path` is per test: this module-wide run needs its own
         mp.syspath_prepend(str(EXAMPLES / "custom_episode"))
         db = f"sqlite:///{tmp_path_factory.mktemp('rooms') / 'r.db'}"
@@ -60,11 +62,21 @@ def test_a_sim_run_in_a_text_world_learns_audits_and_verifies(rooms_run):
     assert report.ok and report.checked == report.total
 
 
-def test_the_trajectory_blob_holds_every_turn_and_the_result_every_call(tmp_path):
+def copy_of_rooms_run(rooms_run, dest) -> Store:
+    """A store on a copy of `rooms_run`'s database (SQLite's backup: whole, whatever its WAL holds), for a test
+    that writes to it."""
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(rooms_run.store.engine.url.database)) as src, closing(sqlite3.connect(dest)) as dst:
+        src.backup(dst)
+    return Store(f"sqlite:///{dest}")
+
+
+def test_the_trajectory_blob_holds_every_turn_and_the_result_every_call(rooms_run):
     import json
 
-    result = Trainer(rooms_config(num_epochs=1), db=f"sqlite:///{tmp_path / 'r.db'}", run_id="r").train()
-    store = result.store
+    store = rooms_run.store
     rollout = next(s.event for s in lineage_events(store, "r") if s.type == "RolloutCompleted")
     for r in rollout.results:
         traj = json.loads(store.get_blob(r.trajectory))
@@ -127,17 +139,9 @@ def test_an_invalid_run_ends_the_episode_with_a_clear_reason(tmp_path):
                for r in rollout.results)
 
 
-@pytest.fixture(scope="module")
-def clean(tmp_path_factory):
-    """The uninterrupted rooms run `r` the crash tests compare with (they only read it)."""
-    with pytest.MonkeyPatch.context() as mp:  # (before the autouse fixture that puts the rooms env on the path)
-        mp.syspath_prepend(str(EXAMPLES / "custom_episode"))
-        return Trainer(rooms_config(), db=f"sqlite:///{tmp_path_factory.mktemp('clean') / 'clean.db'}",
-                       run_id="r").train()
-
-
 @pytest.mark.parametrize("after_calls", [40, 400])  # inside the baseline, inside a later rollout
-def test_resume_after_a_crash_mid_episode_stage_is_identical_and_pays_nothing_twice(tmp_path, after_calls, clean):
+def test_resume_after_a_crash_mid_episode_stage_is_identical_and_pays_nothing_twice(tmp_path, after_calls, rooms_run):
+    clean = rooms_run  # the uninterrupted run (read only)
     store = Store(f"sqlite:///{tmp_path / 'crash.db'}")
     with pytest.raises(Crash):
         Trainer(rooms_config(), store=store, run_id="r", backend_factory=crashing_factory(after_calls)).train()
@@ -148,9 +152,10 @@ def test_resume_after_a_crash_mid_episode_stage_is_identical_and_pays_nothing_tw
     assert_paid_once(store, "r")
 
 
-def test_same_log_whatever_the_concurrency(tmp_path):
+def test_same_log_whatever_the_concurrency(tmp_path, rooms_run):
     a = Trainer(rooms_config(concurrency=1), db=f"sqlite:///{tmp_path / 'a.db'}", run_id="r").train()
-    b = Trainer(rooms_config(concurrency=8), db=f"sqlite:///{tmp_path / 'b.db'}", run_id="r").train()
+    b = rooms_run  # the default concurrency, 8
+    assert b.state.config["concurrency"] == 8
     drop = lambda rows: [(t, p) for t, p in rows if t != "RunStarted"]  # noqa: E731  (config differs)
     assert drop(_payloads(a.store, "r")) == drop(_payloads(b.store, "r"))
 
@@ -205,15 +210,14 @@ def test_every_skillopt_feature_works_on_an_episode_env(tmp_path, features):
     assert report.ok and report.checked == report.total
 
 
-def test_fork_from_a_step_of_an_episode_run_reuses_its_calls(tmp_path):
+def test_fork_from_a_step_of_an_episode_run_reuses_its_calls(tmp_path, rooms_run):
     from skillstate.engine.create import fork_run
 
-    store = Store(f"sqlite:///{tmp_path / 'k.db'}")
-    Trainer(rooms_config(), store=store, run_id="p").train()
-    sent_before = len(store.read_calls("p"))
-    child = fork_run(store, "p", 2, {"lr_scheduler": "linear"}, run_id="c", probe=False)
+    store = copy_of_rooms_run(rooms_run, tmp_path / "k.db")
+    sent_before = len(store.read_calls("r"))
+    child = fork_run(store, "r", 2, {"lr_scheduler": "linear"}, run_id="c", probe=False)
     Trainer(store=store, run_id=child).train()
-    assert len(store.read_calls("p")) == sent_before
+    assert len(store.read_calls("r")) == sent_before
     assert audit(store, "c").ok and verify(store, "c").ok
 
 

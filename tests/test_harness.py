@@ -61,17 +61,31 @@ def trajectories(store: Store, run_id: str) -> list[dict]:
     return out
 
 
+NET_PROBE = ("import socket,sys\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+             "    print('REACHED')\nexcept OSError as e:\n    print('BLOCKED', e)\n")
+
+
 @pytest.fixture(scope="module")
 def command_run(tmp_path_factory):
+    """One run of the command agent, which every test of that run reads. Before the agent starts, its command
+    prints its whole environment (so a key that reached it would be in its events) and tries to reach a server
+    on the driver's loopback (`test_the_agent_reaches_its_model_and_nothing_else`)."""
+    import http.server
+    import threading
+
     folder = tmp_path_factory.mktemp("harness")
     old = os.environ.get("OPENAI_API_KEY")
     os.environ["OPENAI_API_KEY"] = SECRET  # the driver's key: it must reach neither the agent nor the log
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    probe = NET_PROBE.format(port=server.server_address[1])
     try:
         store = Store(f"sqlite:///{folder / 'runs.db'}")
-        # the agent prints its whole environment first, so a key that reached it would be in its events
-        command = ["bash", "-c", f"env | sort | sed 's/^/# /'; exec {sys.executable} {AGENT} \"$0\"", "{task}"]
+        command = ["bash", "-c", f"env | sort | sed 's/^/# /'; {sys.executable} -c \"$1\"; "
+                                 f"exec {sys.executable} {AGENT} \"$0\"", "{task}", probe]
         Trainer(harness_config(tiny_data(folder / "data"), command), store=store, run_id="h").train()
     finally:
+        server.shutdown()
         if old is None:
             os.environ.pop("OPENAI_API_KEY", None)
         else:
@@ -171,24 +185,11 @@ def test_a_recorded_workspace_the_check_disagrees_with_is_found(command_run, tmp
                                                store.get_blob)
 
 
-def test_the_agent_reaches_its_model_and_nothing_else(tmp_path):
-    """Under bubblewrap the agent's network is the proxy alone: a server on the driver's loopback is out of reach."""
-    import http.server
-    import threading
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
-    probe = (f"import socket,sys\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
-             f"    print('REACHED')\nexcept OSError as e:\n    print('BLOCKED', e)\n")
-    command = ["bash", "-c", f"{sys.executable} -c \"$1\"; exec {sys.executable} {AGENT} \"$0\"", "{task}", probe]
-    store = Store(f"sqlite:///{tmp_path / 'net.db'}")
-    try:
-        Trainer(harness_config(tiny_data(tmp_path / "data", 1), command, batch_size=1),
-                store=store, run_id="n").train()
-    finally:
-        server.shutdown()
-    trajs = trajectories(store, "n")
+def test_the_agent_reaches_its_model_and_nothing_else(command_run):
+    """Under bubblewrap the agent's network is the proxy alone: a server on the driver's loopback is out of reach
+    (`command_run`'s agent tried it before it started)."""
+    store, _path = command_run
+    trajs = trajectories(store, "h")
     said = [line for t in trajs for line in t["log"]]
     assert trajs and any(line.startswith("BLOCKED") for line in said) and not any("REACHED" in s for s in said)
     assert all(t["exchanges"] for t in trajs)  # while the proxy answered
@@ -201,13 +202,17 @@ def test_an_agent_that_fails_or_hangs_is_a_failed_rollout_not_a_crash(tmp_path):
             ("exit", ["bash", "-c", "echo broken >&2; exit 3"], "harness_failed", 2),
             ("hang", ["bash", "-c", "sleep 600"], "harness_timeout", 1)):
         store = Store(f"sqlite:///{tmp_path / (name + '.db')}")
-        config = harness_config(data, command, wall_seconds=wall, batch_size=1)
+        # no test-split evaluation: its rollouts are not among the trajectories checked here (the run's events
+        # hold the rollout stages'), and each one of the hanging agent's waits out its time limit
+        config = harness_config(data, command, wall_seconds=wall, batch_size=1, eval_test=False)
         Trainer(config, store=store, run_id=name).train()
         trajs = trajectories(store, name)
         assert trajs and all(t["fail_reason"].startswith(reason) and not t["success"] for t in trajs)
         assert audit(store, name).ok
 
 
+@pytest.mark.slow  # a driver process killed and resumed, each rollout an agent in the sandbox: about 12 s (20 s and
+# more beside the other tests); the harness's runs are in the default suite above, kill -9 and resume in test_sweep
 def test_a_crash_in_a_harness_rollout_resumes_to_a_completed_run_with_each_paid_call_counted_once(tmp_path):
     """kill -9 while an agent waits for its third model call: the calls journaled before the crash stay counted,
     the resumed run re-runs the unfinished rollouts (served from the journal where a request is the same), and

@@ -380,11 +380,19 @@ def test_5_a_postgresql_port_that_never_answers_is_refused_after_the_connect_tim
     if how == "url":
         url += "?connect_timeout=2"
         env.pop("SKILLSTATE_DB_CONNECT_TIMEOUT")
-    for cmd in (["runs"], ["run", *FAST]) if how == "env" else (["runs"],):
-        proc = subprocess.run([sys.executable, "-c", "from skillstate.cli.main import cli; cli()", *cmd, "--db", url],
-                              capture_output=True, text=True, timeout=60, env=env)
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        assert proc.returncode == 2 and len(lines) == 1 and proc.stdout == "", (proc.stdout, proc.stderr)
+    # the commands at once: each waits out its own connect timeout
+    procs = [subprocess.Popen([sys.executable, "-c", "from skillstate.cli.main import cli; cli()", *cmd, "--db", url],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for cmd in ((["runs"], ["run", *FAST]) if how == "env" else (["runs"],))]
+    for proc in procs:
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        lines = [ln for ln in stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and stdout == "", (stdout, stderr)
         assert "connection timeout expired (no answer within the connect timeout" in lines[0], lines[0]
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import PG_ENV, Databases, scripted_factory, small_config
+from conftest import PG_ENV, Databases, computed_once, scripted_factory, small_config
 from sqlalchemy import delete, func, select, update
 
 from skillstate.cli.main import cli
@@ -199,21 +199,27 @@ def clean_defaults(tmp_path_factory):
 
 
 def clean_run(tmp_path_factory, args: list[str], count: int | None) -> dict:
-    path = tmp_path_factory.mktemp("clean")
-    url = f"sqlite:///{path / 'clean.db'}"
-    res = subprocess.run([sys.executable, str(DRIVER), "run", "--run-id", "k", *args, "--db", url],
-                         cwd=str(path), capture_output=True, text=True, timeout=TIMEOUT, check=False)
-    assert res.returncode == 0, res.stderr
-    store = Store(url)
-    try:
-        stored = store.read_events("k")
-        log = [(s.type, s.payload) for s in stored]
-        assert (count is None or len(log) == count) and log[-1][0] == "RunCompleted"
-        assert not duplicate_ok_calls(store, "k")  # the baseline for the check after a crash
-        requests = referenced_requests(store, "k")
-    finally:
-        store.close()
-    return {"log": log, "hashes": [s.hash for s in stored], "requests": requests, "args": args}
+    """`skillstate run --run-id k *args` uninterrupted: its (type, payload) list, hashes and the requests its events
+    depend on. Run once per test session (`computed_once`: the workers share it), here and in test_team_store."""
+    def build() -> dict:
+        path = tmp_path_factory.mktemp("clean")
+        url = f"sqlite:///{path / 'clean.db'}"
+        res = subprocess.run([sys.executable, str(DRIVER), "run", "--run-id", "k", *args, "--db", url],
+                             cwd=str(path), capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        assert res.returncode == 0, res.stderr
+        store = Store(url)
+        try:
+            stored = store.read_events("k")
+            assert not duplicate_ok_calls(store, "k")  # the baseline for the check after a crash
+            return {"log": [(s.type, s.payload) for s in stored], "hashes": [s.hash for s in stored],
+                    "requests": sorted(referenced_requests(store, "k"))}
+        finally:
+            store.close()
+
+    data = computed_once(tmp_path_factory, "clean-run-" + "-".join(a.replace("=", "_") for a in args), build)
+    log = [(kind, payload) for kind, payload in data["log"]]
+    assert (count is None or len(log) == count) and log[-1][0] == "RunCompleted"
+    return {"log": log, "hashes": data["hashes"], "requests": set(data["requests"]), "args": args}
 
 
 def referenced_requests(store: Store, run_id: str) -> set[str]:
@@ -505,7 +511,7 @@ def test_processes_opening_an_empty_database_at_once(procs, dbs, kind):
 # --- 4. one driver per run ------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("kind", BACKENDS_PG_SLOW)
 def test_a_second_driver_is_refused_up_front_and_sends_nothing(procs, dbs, clean, kind):
     url = dbs.new(kind)
     # no work done ahead: paused, the first driver sends nothing more either, so any new call is the second's

@@ -69,9 +69,11 @@ def test_a_command_cannot_escape_and_says_why(tmp_path, command, seen):
 
 
 def test_a_command_that_outruns_its_time_or_forks_without_end_is_stopped(tmp_path):
-    slow = run_command("sleep 30", tmp_path, FAST, SANDBOX_ROOT)
+    # a 2 s limit: whatever the machine's load, both commands outrun it (one sleeps, the other forks for ever)
+    limit = SandboxSettings(wall_seconds=2, max_processes=64)
+    slow = run_command("sleep 30", tmp_path, limit, SANDBOX_ROOT)
     assert slow.timed_out and slow.summary() == "killed: it ran past the time limit"
-    bomb = run_command("f(){ f|f& }; f; sleep 30", tmp_path, FAST, SANDBOX_ROOT)
+    bomb = run_command("f(){ f|f& }; f; sleep 30", tmp_path, limit, SANDBOX_ROOT)
     # stopped either way: killed at its time limit, or its shell could not even fork `sleep` under the
     # process limit and gave up (on a busy machine the limit is reached before the bomb's shell gets that far)
     assert not bomb.ok and (bomb.timed_out or "Cannot fork" in bomb.output), bomb.output[-300:]
@@ -97,7 +99,7 @@ def test_outputs_are_stable_between_identical_runs():
 
 def test_every_bundled_task_is_solved_by_its_reference_and_failed_without_it():
     env = build()
-    for item in bundled_tasks()[:4] + bundled_tasks()[-4:]:  # two of each kind (all: the slow test below)
+    for item in bundled_tasks()[:4]:  # one of each kind (all: the slow test below)
         assert env.check_solution(item, item["solution"])["exit_code"] == 0, item["id"]
         assert env.check_solution(item, item.get("wrong") or {})["exit_code"] != 0, item["id"]
 
@@ -151,7 +153,8 @@ def test_a_rollout_records_the_diff_and_the_check_and_a_skill_with_the_rules_doe
 @pytest.fixture(scope="module")
 def workspace_run(tmp_path_factory):
     store = Store(f"sqlite:///{tmp_path_factory.mktemp('ws') / 'runs.db'}")
-    Trainer(small_config(env="workspace", num_epochs=2, batch_size=6), store=store, run_id="w").train()
+    # one epoch (two steps) learns: a second only doubled the sandboxed rollouts that verify checks again
+    Trainer(small_config(env="workspace", num_epochs=1, batch_size=6), store=store, run_id="w").train()
     return store
 
 
