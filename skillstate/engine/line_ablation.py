@@ -3,11 +3,11 @@ search (`blocker_search`) and the prune's test of the lowest type (`prune_blocke
 what order, and which ablation names a blocker are the pure rules of `skillstate.skillopt.blockers`.
 
 With `blocker_ablation: group` the ablations are rolled out a few stuck items at a time, all of them
-together, and an ablation stops once neither it nor (with `blocker_stop_by_line`) another ablation of its line
-could still lift half the items even if it won every item left (the line could not be named then); the step's
-search first rolls out the candidate without every
-searched line of one clause at once, and ablates those one by one only when that lifts half the items (a
-line of several clauses is always ablated whole and clause by clause). `each` (runs logged before `group`
+together, and an ablation stops once neither it nor (with `blocker_stop_by_line`) another ablation of its
+line could still lift half the items even if it won every item left (the line could not be named then); the
+step's search first rolls out the candidate without every searched line of one clause at once, and ablates
+those one by one only when that lifts half the items (a line of several clauses is always ablated whole and
+clause by clause). `each` (runs logged before `group`
 was the default) rolls out every ablation on every item."""
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ def _v13_screen(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "config": config}
 
 
-def _v14_screen_early(payload: dict[str, Any]) -> dict[str, Any]:
+def _v14_screen_and_ablation(payload: dict[str, Any]) -> dict[str, Any]:
     """Runs written before RunStarted v15 (RunForked v13) tried each screened edit on its whole minibatch and
     stopped each grouped blocker ablation on its own: a config without the keys meant `edit_screen_early:
     false` and `blocker_stop_by_line: false`."""
@@ -226,8 +226,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunForked", 10): _v12_ablation,
     ("RunStarted", 13): _v13_screen,
     ("RunForked", 11): _v13_screen,
-    ("RunStarted", 14): _v14_screen_early,
-    ("RunForked", 12): _v14_screen_early,
+    ("RunStarted", 14): _v14_screen_and_ablation,
+    ("RunForked", 12): _v14_screen_and_ablation,
     ("GateDecided", 1): _v1_gate,
 }
 
