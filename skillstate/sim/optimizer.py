@@ -11,15 +11,14 @@ from typing import Any
 
 from skillstate.log.events import Edit
 from skillstate.sim.blockers import SPOT_BY_ANALYST
-from skillstate.sim.disclosure import hits, to_read, topic, triggers
 from skillstate.sim.noise import OFF
 from skillstate.sim.pruner import max_lines, prune_reply
 from skillstate.sim.reading import OptimizerRequest
 from skillstate.sim.teacher import SimTeacher
+from skillstate.sim.tree_proposals import describe_edit, file_edits, move_out
 from skillstate.sim.world import SimWorld
 from skillstate.skillopt.editor import apply_edits
 from skillstate.skilltree.bundle import view_files
-from skillstate.skilltree.frontmatter import front_matter_or_none
 from skillstate.skilltree.tree import SKILL_MD
 
 
@@ -75,7 +74,7 @@ class SimOptimizer:
             return self._failure_analyst(prompt, skill, failures, self._budget(prompt), rng, avoid, focus, files)
         if _between(prompt, "successes") is not None:
             if files and "`create`" in prompt and rng.random() < 0.3:  # a skill directory: now and then, tidy it
-                moved = self._move_out(files)
+                moved = move_out(self.world, files)
                 if moved:
                     return self._patch_reply(prompt, skill, "The rules work; SKILL.md can be shorter.", [], moved)
             return self._success_analyst(prompt, skill, _json(_between(prompt, "successes")) or [], rng, avoid)
@@ -240,7 +239,7 @@ class SimOptimizer:
         ranked = sorted(counts.items(), key=lambda kv: (kv[0] not in focus, -kv[1], kv[0]))
         edits: list[dict[str, str]] = []
         summary: list[str] = []
-        describe = self._describe(prompt, skill, failures, rng) if budget else None
+        describe = describe_edit(self.world, prompt, skill, failures, rng) if budget else None
         if describe is not None:  # the skill was not even loaded: its description comes first
             edits.append(describe)
             summary.append("the target did not load the skill for some of them")
@@ -248,7 +247,7 @@ class SimOptimizer:
             if len(edits) >= budget:
                 break
             summary.append(f"{n} failure(s) on {task_type or 'untyped'} {self.world.noun}")
-            in_files = self._file_edits(files, task_type, rng) if files and "`create`" in prompt else None
+            in_files = file_edits(self.world, files, task_type, rng) if files and "`create`" in prompt else None
             if in_files is not None:
                 edits.extend(in_files)
                 continue
@@ -259,71 +258,6 @@ class SimOptimizer:
                 if broad is not None:
                     edits.append(broad)
         return self._patch_reply(prompt, skill, f"Looked at {len(failures)} failures.", summary, edits)
-
-    def _file_edits(self, files: dict[str, str], task_type: str, rng) -> list[dict[str, str]] | None:
-        """A run that trains a skill directory: the rule a failing kind lacks, put in the reference SKILL.md
-        points to for that kind (or now and then a rule that does not help), or in a new reference with a
-        pointer to it; None: propose for SKILL.md as usual."""
-        rule = self.world.rule_for(task_type)
-        if rule.key in "\n".join(files.values()).lower():
-            return None
-        md = files.get(SKILL_MD, "")
-        pointed = [p for p in to_read(md, task_type) if p in files and not p.startswith("scripts/")]
-        roll = rng.random()
-        if pointed and roll < 0.6:
-            text = rng.choice(rule.variants) if rng.random() < 0.65 else rng.choice(self.world.useless)
-            return [{"op": "append", "target": "", "content": f"- {text}", "file": pointed[0]}]
-        path = f"references/{task_type or 'general'}.md"
-        if not pointed and roll < 0.35 and path not in files:
-            name = topic(task_type)
-            pointer = f"- {name[0].upper()}{name[1:]} questions: follow [{path}]({path})."
-            at = "## Where to look" if "## Where to look" in md else "## Rules" if "## Rules" in md else ""
-            return [{"op": "create", "target": "", "content": f"# {name.title()}\n\n- {rng.choice(rule.variants)}\n",
-                     "file": path},
-                    {"op": "insert_after" if at else "append", "target": at, "content": pointer}]
-        return None
-
-    def _move_out(self, files: dict[str, str]) -> list[dict[str, str]]:
-        """A rule for one kind of question moved out of SKILL.md into a new reference, with a pointer that names
-        the kind (the target then reads it only for that kind); [] when no rule line can move."""
-        md = files.get(SKILL_MD, "")
-        types = sorted({str(item.get("task_type", "")) for item in getattr(self.world, "items", {}).values()} - {""})
-        for task_type in types:
-            key, path = self.world.rule_for(task_type).key, f"references/{task_type}.md"
-            line = next((ln for ln in md.splitlines() if ln.startswith("- ") and key in ln.lower()), None)
-            if line is None or path in files or to_read(md, task_type):
-                continue
-            name = topic(task_type)
-            at = "## Where to look" if "## Where to look" in md else ""
-            return [{"op": "create", "target": "", "content": f"# {name.title()}\n\n{line}\n", "file": path},
-                    {"op": "delete", "target": line, "content": ""},
-                    {"op": "insert_after" if at else "append", "target": at,
-                     "content": f"- {name[0].upper()}{name[1:]} questions: follow [{path}]({path})."}]
-        return []
-
-    def _describe(self, prompt: str, skill: str, failures: list[dict], rng) -> dict[str, str] | None:
-        """With progressive disclosure (the prompt offers `describe`): a description that also names the kinds of
-        failed question the target did not load the skill for; None when it loaded it for all of them."""
-        if "`describe`" not in prompt or rng.random() < 0.15:
-            return None
-        parsed = front_matter_or_none(skill)
-        front = dict(parsed.fields) if parsed is not None else {}
-        if not isinstance(front.get("description"), str):
-            return None
-        name, old = front.get("name"), str(front["description"]).strip()
-        own = getattr(self.world, "describe", None)  # a world that words descriptions its own way (env evals)
-        if own is not None:
-            text = own(old, [f for f in failures if isinstance(f, dict) and isinstance(f.get("skills_loaded"), list)
-                             and name not in f["skills_loaded"]])
-            return {"op": "describe", "target": "", "content": text} if text and len(text) <= 1024 else None
-        missed = Counter(str(f.get("task_type", "")) for f in failures if isinstance(f, dict)
-                         and isinstance(f.get("skills_loaded"), list) and name not in f["skills_loaded"])
-        kinds = [t for t, _n in sorted(missed.items(), key=lambda kv: (-kv[1], kv[0]))
-                 if hits(old, t) < len(triggers(t))][:2]
-        if not kinds:
-            return None
-        new = f"{old.rstrip('. ')}; also {' and '.join(topic(t) for t in kinds)} questions."
-        return {"op": "describe", "target": "", "content": new} if len(new) <= 1024 else None
 
     def _success_analyst(self, prompt: str, skill: str, successes: list[dict], rng, avoid: set[str]) -> str:
         if self.noise.paraphrases and rng.random() < self.noise.paraphrases:
