@@ -100,4 +100,6 @@ def test_trying_the_first_failures_first_passes_the_same_edits_with_the_same_gai
     whole = [(t, value[i], current) for i, t, current in minibatch]
     if rules.passes(whole, aimed):  # then it is never stopped, so it is tried on every item: the same gain
         assert rules.may_pass(tried, left, aimed)
-    assert rules.may_pass(whole, [], aimed) == rules.passes(whole, aimed)  # nothing left: the verdict itself
+    if not rules.may_pass(tried, left, aimed):  # stopped: no outcome of the items left would have let it pass
+        for won in (0.0, 0.5, 1.0):
+            assert not rules.passes([*tried, *((t, won, c) for t, c in left)], aimed)

@@ -12,7 +12,7 @@ from skillstate.config import SkillConfig
 from skillstate.engine import gating
 from skillstate.engine.blockers import patches_of
 from skillstate.engine.context import RunContext
-from skillstate.engine.scoring import check_rollout_errors, rollout_one
+from skillstate.engine.scoring import check_rollout_errors, rollout_pairs
 from skillstate.engine.update import patch_with, screen
 from skillstate.log.events import Event, ItemResult
 from skillstate.log.events_screen import EditsScreened, EditTried
@@ -86,9 +86,6 @@ def roll(ctx: RunContext, plans: list[dict[str, Any]], ids: dict[int, list[str]]
          got: dict[tuple[int, str], ItemResult]) -> None:
     """The items `ids` of each plan (by its position) rolled out with that plan's skill, at once, into `got`."""
     jobs = [(n, item_id) for n, some in ids.items() for item_id in some]
-    if not jobs:
-        return
-    ctx.expect_calls(ctx.rollout_calls(len(jobs)))
-    done = ctx.map(lambda job: rollout_one(ctx, plans[job[0]]["skill"], ctx.env.item(job[1])), jobs)
-    check_rollout_errors(ctx, done)
-    got.update(zip(jobs, done, strict=True))
+    if jobs:
+        done = rollout_pairs(ctx, [(plans[n]["skill"], ctx.env.item(item_id)) for n, item_id in jobs])
+        got.update(zip(jobs, done, strict=True))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from skillstate.engine import gating
 from skillstate.engine.context import RunContext
-from skillstate.engine.scoring import check_rollout_errors, rollout_one
+from skillstate.engine.scoring import check_rollout_errors, rollout_pairs
 from skillstate.log.events import Edit, ItemResult
 from skillstate.log.events_blocker import GroupAblation, LineAblation
 from skillstate.log.reducer import RunState, cache_key, need
@@ -82,19 +82,14 @@ def roll(ctx: RunContext, skills: list[str], items: list[dict], before: list[flo
     rollouts a round) for every skill still able to lift half the items, or (with `lines`, the line each skill
     removes) whose line has one still able to (`rules.live`), the others stopped."""
     if not stepwise:
-        jobs = [(u, item) for u in range(len(skills)) for item in items]
-        ctx.expect_calls(ctx.rollout_calls(len(jobs)))
-        done = ctx.map(lambda job: rollout_one(ctx, skills[job[0]], job[1]), jobs)
-        check_rollout_errors(ctx, done)
+        done = rollout_pairs(ctx, [(skill, item) for skill in skills for item in items])
         return [done[u * len(items):(u + 1) * len(items)] for u in range(len(skills))]
     out: list[list[ItemResult]] = [[] for _ in skills]
     live, at = list(range(len(skills))), 0
     while live and at < len(items):
         width = max(1, ROUND // len(live))  # items this round, so a round sends about ROUND calls
         jobs = [(u, item) for u in live for item in items[at:at + width]]
-        ctx.expect_calls(ctx.rollout_calls(len(jobs)))
-        done = ctx.map(lambda job: rollout_one(ctx, skills[job[0]], job[1]), jobs)
-        check_rollout_errors(ctx, done)
+        done = rollout_pairs(ctx, [(skills[u], item) for u, item in jobs])
         for (u, _), r in zip(jobs, done, strict=True):
             out[u].append(r)
         at += width

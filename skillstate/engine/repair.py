@@ -14,7 +14,7 @@ from typing import Any
 from skillstate.config import SkillConfig
 from skillstate.engine import gating
 from skillstate.engine.context import RunContext
-from skillstate.engine.scoring import check_rollout_errors, early_prefix, rollout_one
+from skillstate.engine.scoring import early_prefix, rollout_pairs
 from skillstate.engine.update import patch_with
 from skillstate.log.events import CandidateBuilt, Event, ItemResult
 from skillstate.log.events_repair import EditAblation, EditsAblated
@@ -82,10 +82,7 @@ def ablate(ctx: RunContext, state: RunState) -> list[Event]:
     skills = [patch_with(cfg, base, [variants[u] if j == i else e for j, e in enumerate(edits)
                                      if not (j == i and k is None)])[0] for u, (i, k) in enumerate(units)]
     items = [ctx.env.item(i) for i in ids]
-    jobs = [(u, item) for u in range(len(units)) for item in items]
-    ctx.expect_calls(ctx.rollout_calls(len(jobs)))
-    done = ctx.map(lambda job: rollout_one(ctx, skills[job[0]], job[1]), jobs)
-    check_rollout_errors(ctx, done)
+    done = rollout_pairs(ctx, [(skills[u], item) for u in range(len(units)) for item in items])
     by_unit = {u: done[u * len(items):(u + 1) * len(items)] for u in range(len(units))}
     found = rules.verdicts({u: [value(r) for r in rs] for u, rs in by_unit.items()}, cand_values, units)
     ablations = [EditAblation(index=units[v.index][0], edit=edits[units[v.index][0]], part=units[v.index][1],

@@ -87,6 +87,16 @@ def rollout_jobs(ctx: RunContext, skill: str, jobs: list[tuple[dict[str, Any], i
     return results
 
 
+def rollout_pairs(ctx: RunContext, pairs: list[tuple[str, dict[str, Any]]]) -> list[ItemResult]:
+    """Each (skill text, item) rolled out, in input order: the ablations and screens that try several skills
+    on a few items each (the repair, the blocker search, the minibatch screen). The same failure checks as
+    `rollout_items`."""
+    ctx.expect_calls(ctx.rollout_calls(len(pairs)))
+    done = ctx.map(lambda pair: rollout_one(ctx, pair[0], pair[1]), pairs)
+    check_rollout_errors(ctx, done)
+    return done
+
+
 def check_rollout_errors(ctx: RunContext, results: list[ItemResult]) -> None:
     """The calls' share rule first (its message names the commonest error),
     then the same share over rollouts: an episode stops at its first failed
