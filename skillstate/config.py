@@ -74,6 +74,10 @@ class SkillConfig(Section):
         4, ge=1, le=100_000, description="Epochs; steps per epoch = ceil(train / (batch_size * accumulation)).")
     batch_size: int = Field(40, ge=1, description="Train items rolled out per step.")
     minibatch_size: int = Field(8, ge=1, description="Trajectories per analyst call.")
+    max_calls: int | None = Field(
+        None, ge=1, description="No step starts once the run's LLM calls (all roles, as its events count them) "
+                                "reach this many; the run goes on to its final selection and tests. Unset: every "
+                                "step of num_epochs runs.")
     merge_batch_size: int = Field(8, ge=2, description="Patches per merge call in the merge tree.")
 
     # edit budget (textual learning rate)
@@ -179,10 +183,17 @@ class SkillConfig(Section):
                             "optimizer ranks the edits as it would without the screen, so rules that gain only "
                             "together or only sometimes (an episode's steps) still reach the gate; none: nothing "
                             "is selected and the step is skipped (runs logged before it existed read none).")
-    parent_selection: Literal["current", "pareto"] = Field(
+    parent_selection: Literal["current", "pareto", "items"] = Field(
         "current", description="current: each step builds on the current skill; pareto: on a skill drawn from the "
                                "front of those accepted so far (and the initial one), each leading some task type on "
-                               "val, weighted by how many it leads (not in mode bank).")
+                               "val, weighted by how many it leads; items: the same front taken per val item, as "
+                               "GEPA's (not in mode bank).")
+    minibatch_gate: bool = Field(
+        False, description="Before validation, roll the candidate out on the step's own batch: unless its summed "
+                           "item values there beat its parent's rollout strictly, the gate rejects it with no "
+                           "validation call (GEPA's acceptance test, made for small batches such as batch_size "
+                           "3; a candidate rebuilt by the repair or the blocker search is not checked again; not "
+                           "in mode bank).")
 
     # the rest
     use_gate: bool = Field(
@@ -416,7 +427,8 @@ class SkillConfig(Section):
                                          ("prune_blockers", self.prune_blockers),
                                          ("blocker_search", self.blocker_search != "off"),
                                          ("edit_screen", self.edit_screen != "off"),
-                                         ("parent_selection", self.parent_selection != "current")) if on]
+                                         ("parent_selection", self.parent_selection != "current"),
+                                         ("minibatch_gate", self.minibatch_gate)) if on]
             if clash:
                 raise ValueError(f"mode bank grows a bank of skills, not one document: {clash[0]} does not apply "
                                  "to it (leave it at its default)")

@@ -68,8 +68,9 @@ def next_step_due(ctx: RunContext, state: RunState) -> bool:
     spe = state.steps_per_epoch
     epoch_end = bool(spe) and p.step % spe == 0
     prune = ctx.config.prune == "step" or (ctx.config.prune == "epoch" and epoch_end)
-    drawn = ctx.config.parent_selection == "pareto"  # the next step's parent is drawn after the gate
-    return not (prune or drawn or (ctx.config.use_slow_update and epoch_end and p.step // spe >= 2))
+    drawn = ctx.config.parent_selection != "current"  # the next step's parent is drawn after the gate
+    budget = ctx.config.max_calls is not None  # whether another step starts is known only after this one
+    return not (prune or drawn or budget or (ctx.config.use_slow_update and epoch_end and p.step // spe >= 2))
 
 
 def prime_ahead(ctx: RunContext, skill: str, items: list[dict[str, Any]]) -> None:

@@ -18,6 +18,7 @@ from skillstate.engine import (
     ahead,
     bank,
     blockers,
+    candidate_check,
     edit_screen,
     epoch,
     final_select,
@@ -77,6 +78,7 @@ STAGES: dict[str, Stage] = {
     "aggregate": reflect.aggregate,
     "learning_rate": update.choose_learning_rate,
     "screen": edit_screen.try_edits,
+    "check": candidate_check.check,
     "select": update.select,
     "update": update.update,
     "seed_bank": bank.seed_bank,
@@ -126,7 +128,7 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
             return epoch.boundary_stage(cfg, state)
         if prune.due(cfg, state):
             return prune.stage(state)
-        if state.last_completed_step < state.total_steps:
+        if state.last_completed_step < state.total_steps and not stages.calls_spent(cfg, state):
             return "start_step"
         if cfg.use_slow_update and not state.final_validated:
             return "final_validate"
@@ -160,6 +162,10 @@ def next_stage(ctx: RunContext, state: RunState) -> str | None:
             return "select"
     if p.candidate is None:
         return "update"
+    if candidate_check.due(cfg, p):
+        return "check"
+    if candidate_check.failed(p):
+        return "gate"
     if p.evaluation is None:
         return "evaluate"
     if repair.due(cfg, p):

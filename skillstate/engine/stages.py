@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from skillstate.engine import gating
+from skillstate.config import SkillConfig
+from skillstate.engine import candidate_check, gating
 from skillstate.engine.blockers import gate_note as blocker_note
 from skillstate.engine.context import RunContext
 from skillstate.engine.scoring import (
@@ -35,6 +36,7 @@ from skillstate.log.reducer import RunState, cache_key, need, step_progress
 from skillstate.skillopt import gate as gate_rules
 from skillstate.skillopt import pareto
 from skillstate.skillopt import repair as repair_rules
+from skillstate.skillopt.gate_robust import item_value
 from skillstate.skillopt.repair import gate_note as repair_note
 from skillstate.skillopt.scheduler import edit_budget, epoch_batches, position
 from skillstate.util import canonical_json
@@ -56,6 +58,12 @@ def step_batches(ctx: RunContext, state: RunState, step: int) -> list[list[str]]
     return epoch_batches(train_ids, cfg.seed, epoch, cfg.batch_size, k)[(index - 1) * k: index * k]
 
 
+def calls_spent(cfg: SkillConfig, state: RunState) -> bool:
+    """`max_calls`: the run's LLM calls so far (every role, as its events count them) reach the limit, so no
+    step starts (the same count on replay, and on a fork that inherits the parent's steps)."""
+    return cfg.max_calls is not None and sum(u.calls for u in state.usage.values()) >= cfg.max_calls
+
+
 def start_step(ctx: RunContext, state: RunState) -> list[Event]:
     cfg = ctx.config
     step = state.last_completed_step + 1
@@ -65,7 +73,7 @@ def start_step(ctx: RunContext, state: RunState) -> list[Event]:
     budget = edit_budget(step, state.total_steps, cfg.edit_budget, cfg.min_edit_budget, cfg.lr_scheduler)
     started = StepStarted(step=step, epoch=epoch, batch_item_ids=[i for b in batches for i in b],
                           edit_budget=budget, sub_batches=batches if k > 1 else [])
-    if cfg.parent_selection == "pareto":
+    if cfg.parent_selection != "current":
         return [started, *choose_parent(ctx, state, step)]
     return [started]
 
@@ -91,9 +99,12 @@ def choose_parent(ctx: RunContext, state: RunState, step: int) -> list[Event]:
     current = need(state.current_skill, "the current skill")
     if len(pool) < 2:
         return []
-    by_type = [(skill, {t: gate_rules.gate_score(s.hard, s.soft, cfg.gate_metric, cfg.gate_mixed_weight)
-                        for t, s in scores.by_task_type.items()}) for skill, scores in pool]
-    members = pareto.front(by_type)
+    if cfg.parent_selection == "items":  # GEPA's front: per val item
+        keyed = [(skill, item_values(ctx, state, cfg.val_split, skill)) for skill, _ in pool]
+    else:
+        keyed = [(skill, {t: gate_rules.gate_score(s.hard, s.soft, cfg.gate_metric, cfg.gate_mixed_weight)
+                          for t, s in scores.by_task_type.items()}) for skill, scores in pool]
+    members = pareto.front(keyed)
     chosen = pareto.draw(members, cfg.seed, step)
     overall = {skill: gate_rules.gate_of(scores, cfg.gate_metric, cfg.gate_mixed_weight, cfg.semantic_density_weight)
                for skill, scores in pool}
@@ -102,7 +113,14 @@ def choose_parent(ctx: RunContext, state: RunState, step: int) -> list[Event]:
     kept = "kept the current skill" if chosen == current else "switched from the current skill"
     return [ParentChosen(step=step, skill=chosen, score=score, previous_skill=current, front=front, pool=len(pool),
                          reason=f"drew 1 of {len(front)} on the front of {len(pool)} skills ({kept}); it leads "
-                                f"{', '.join(members[chosen])}")]
+                                + (f"{len(members[chosen])} val items" if cfg.parent_selection == "items"
+                                   else ', '.join(members[chosen])))]
+
+
+def item_values(ctx: RunContext, state: RunState, split: str, skill: str) -> dict[str, float]:
+    """Each item's value (the gate's metric) for `skill` on `split`, from its full evaluation in the log."""
+    rule = gating.rule_of(ctx.config)
+    return {i: item_value(r.hard, r.soft, rule) for i, r in gating.recorded_results(ctx, state, split, skill).items()}
 
 
 def rollout(ctx: RunContext, state: RunState) -> list[Event]:
@@ -142,6 +160,9 @@ def decide(ctx: RunContext, state: RunState) -> list[Event]:
     if skip:
         return [GateDecided(step=p.step, decision=gate_rules.SKIP, candidate_score=None, current_score=current,
                             best_score=best, reason=skip)]
+    if candidate_check.failed(p):
+        return [GateDecided(step=p.step, decision=gate_rules.REJECT, candidate_score=None, current_score=current,
+                            best_score=best, reason=candidate_check.reason(p))]
     evaluation = need(p.evaluation, "CandidateEvaluated")
     candidate = need(p.candidate, "CandidateBuilt")
     cfg = ctx.config
@@ -172,7 +193,7 @@ def decide(ctx: RunContext, state: RunState) -> list[Event]:
         reason += "; candidate identical to the current skill"
     if candidate.status != "ok":
         reason += f"; the rewrite call failed ({candidate.status})"
-    reason += repair_note(p.repair) + blocker_note(state)
+    reason += candidate_check.passed_note(p) + repair_note(p.repair) + blocker_note(state)
     return [GateDecided(step=p.step, decision=decision, candidate_score=score, current_score=current,
                         best_score=best, reason=reason, forced=forced, rule=cfg.gate_rule, paired=verdicts[0],
                         type_guard=verdicts[1])]

@@ -32,6 +32,7 @@ from skillstate.log.events import (
 )
 from skillstate.log.events_bank import BankEvolved, BankSeeded, BankValidated, SkillsDistilled
 from skillstate.log.events_blocker import BlockerSearched
+from skillstate.log.events_check import CandidateChecked
 from skillstate.log.events_epoch import (
     EpochCompared,
     EpochEnded,
@@ -56,7 +57,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         GateDecided, TestEvaluated, EpochCompared, SlowUpdateProposed, SlowUpdateDecided, MetaSkillWritten,
         EpochEnded, FinalValidated, StopConditionMet, SkillsDistilled, BankValidated, BankEvolved, BankSeeded,
         PruneProposed, PruneDecided,
-        EditsAblated, ParentChosen, BlockerSearched, EditsScreened,
+        EditsAblated, ParentChosen, BlockerSearched, EditsScreened, CandidateChecked,
         SelectionScored, FinalSelected,
         PolicyStarted, PolicyTrained, PolicyValidated, PolicyBankEvolved,
         ReviewRequested, ReviewDecided,

@@ -15,7 +15,7 @@ class FrontMember(Frozen):
 
     skill: str  # blob
     score: float  # its validation gate score
-    types: list[str]  # the task types it leads (ties included)
+    types: list[str]  # the task types it leads (ties included); parent_selection items: the val items
 
 
 class ParentChosen(Event):

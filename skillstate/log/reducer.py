@@ -36,6 +36,7 @@ from skillstate.log.events import (
 )
 from skillstate.log.events_bank import BankEvolved, BankSeeded, BankValidated, SkillsDistilled
 from skillstate.log.events_blocker import BlockerSearched
+from skillstate.log.events_check import CandidateChecked
 from skillstate.log.events_epoch import (
     EpochCompared,
     EpochEnded,
@@ -84,6 +85,7 @@ STAGE_OF = {
     "EditsAblated": "repair",
     "BlockerSearched": "blocker",
     "EditsScreened": "screen",
+    "CandidateChecked": "check",
     "SkillsDistilled": "distill",
     "BankValidated": "validate",
     "BankEvolved": "evolve",
@@ -291,6 +293,12 @@ def reduce(state: RunState, event: Event) -> RunState:
                                                                     or a.index in event.trimmed)]
         return replace(state, progress=replace(p, repair=event),
                        rejected_edits=_count_edits(state.rejected_edits, dropped))
+
+    if isinstance(event, CandidateChecked):
+        p = _progress(state, event)
+        if p.candidate is None or p.checked is not None or p.evaluation is not None:
+            raise FoldError("CandidateChecked before the candidate, after its evaluation, or twice")
+        return replace(state, progress=replace(p, checked=event))
 
     if isinstance(event, BlockerSearched):
         p = _progress(state, event)

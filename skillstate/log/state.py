@@ -27,6 +27,7 @@ from skillstate.log.events import (
 )
 from skillstate.log.events_bank import BankEvolved, BankValidated, SkillsDistilled
 from skillstate.log.events_blocker import BlockerSearched
+from skillstate.log.events_check import CandidateChecked
 from skillstate.log.events_epoch import EpochCompared, MetaSkillWritten, SlowUpdateDecided, SlowUpdateProposed
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_policy import Checkpoint, PolicyBankEvolved, PolicyStarted, PolicyTrained, PolicyValidated
@@ -59,6 +60,7 @@ class StepProgress:
     screened: EditsScreened | None = None  # edit_screen minibatch: the merged edits tried before selection
     selected: EditsSelected | None = None
     candidate: CandidateBuilt | None = None
+    checked: CandidateChecked | None = None  # minibatch_gate: the candidate on the step's batch
     evaluation: CandidateEvaluated | None = None
     repair: EditsAblated | None = None  # repair: ablate (the candidate after it, when repaired, is `candidate`)
     blocker: BlockerSearched | None = None  # blocker_search (the candidate after it, when found, is `candidate`)
