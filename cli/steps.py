@@ -94,6 +94,10 @@ def step_text(d: dict[str, Any], width: int | None = None) -> str:
         u = d["update"]
         changed = "changed" if d["candidate_changed"] else "unchanged"
         lines.append(f"update: {u['method']} ({u['status']}), skill {changed}")
+    if "checked" in d:  # minibatch_gate
+        c = d["checked"]
+        lines.extend(wrapped(f"minibatch gate: candidate {c['candidate_total']:g}, parent {c['parent_total']:g} on "
+                             f"the step's {c['items']} items: {'passed' if c['passed'] else 'rejected'}", width))
     if "evaluation" in d:
         lines.extend(wrapped("candidate " + evaluation_text(d["evaluation"]), width))
     if "repair" in d:

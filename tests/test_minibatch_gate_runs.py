@@ -63,6 +63,8 @@ def test_a_checked_candidate_reaches_validation_only_when_it_beats_its_parent_on
             assert "CandidateEvaluated" not in kinds and gate["decision"] == "reject"
             assert gate["candidate_score"] is None and gate["reason"].startswith("minibatch gate:")
     assert passed and failed, (passed, failed)
+    step = next(s for s, events in steps_of(log).items() if any(e["type"] == "CandidateChecked" for e in events))
+    assert "minibatch gate: candidate" in call("show", "g", "--step", str(step), "--db", runs)
     assert "reproduces all" in call("replay", "g", "--verify", "--db", runs)
     assert "intact" in call("audit", "g", "--db", runs)
 

@@ -21,6 +21,7 @@ from skillstate.log.events import (
     StepStarted,
 )
 from skillstate.log.events_bank import BankEvolved, BankValidated, SkillsDistilled
+from skillstate.log.events_check import CandidateChecked
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
 from skillstate.log.events_review import ReviewDecided, ReviewRequested
@@ -151,6 +152,9 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
             out["update"] = {"method": ev.method, "status": ev.status, "block_restored": ev.block_restored}
         elif isinstance(ev, CandidateEvaluated):
             out["evaluation"] = _evaluation(ev)
+        elif isinstance(ev, CandidateChecked):  # minibatch_gate
+            out["checked"] = {"items": len(ev.item_ids), "parent_total": ev.parent_total,
+                              "candidate_total": ev.candidate_total, "passed": ev.passed}
         elif isinstance(ev, GateDecided):
             out["decision"] = {"decision": ev.decision, "candidate_score": ev.candidate_score,
                                "current_score_before": ev.current_score, "best_score_before": ev.best_score,
