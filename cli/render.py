@@ -278,6 +278,9 @@ def summary_text(s: dict[str, Any], width: int | None = None) -> str:
                                    f"({s['new_best']} new best), {s['rejects']} rejected, {s['skips']} skipped", width)
     if s.get("stopped"):
         lines.extend(wrapped(f"stopped: {s['stopped']['reason']}", width))
+    if s.get("max_calls") and s["status"] == "completed" and s["steps"] < s["total_steps"]:
+        lines.extend(wrapped(f"max_calls: the steps ended once the run's calls reached {s['max_calls']}, after "
+                             f"{s['steps']} of {s['total_steps']} steps", width))
     if s.get("skill_tree"):
         tree = s["skill_tree"]
         what = ("every file is trained" if tree["trained"] == "all"

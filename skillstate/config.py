@@ -192,8 +192,9 @@ class SkillConfig(Section):
         False, description="Before validation, roll the candidate out on the step's own batch: unless its summed "
                            "item values there beat its parent's rollout strictly, the gate rejects it with no "
                            "validation call (GEPA's acceptance test, made for small batches such as batch_size "
-                           "3; a candidate rebuilt by the repair or the blocker search is not checked again; not "
-                           "in mode bank).")
+                           "3; a candidate rebuilt by the repair or the blocker search is not checked again; one "
+                           "rejected here is never put before a person under review, having no val score; not in "
+                           "mode bank).")
 
     # the rest
     use_gate: bool = Field(

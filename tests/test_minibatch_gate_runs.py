@@ -96,6 +96,8 @@ def test_no_step_starts_once_the_calls_reach_max_calls(runs):
             calls += sum(u.calls for u in decode(e["type"], e["version"], e["payload"]).usage().values())
         assert calls >= limit and last_start is not None and last_start < 40  # stopped before the epoch's 40 steps
         assert any(e["type"] == "TestEvaluated" for e in log) and log[-1]["type"] == "RunCompleted"
+        shown = " ".join(call("show", run, "--db", runs).split())
+        assert f"the steps ended once the run's calls reached {limit}, after {last_start} of 40 steps" in shown
 
 
 def test_a_fork_turns_the_minibatch_gate_on_and_verifies(runs):

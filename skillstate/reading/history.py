@@ -172,6 +172,7 @@ def run_summary(store: Store, loaded: LoadedRun) -> dict[str, Any]:
         "stopped": ({"condition": s.stopped.condition, "reason": s.stopped.reason} if s.stopped else None),
         "steps": s.last_completed_step,
         "total_steps": s.total_steps,
+        **({"max_calls": limit} if (limit := s.config.get("max_calls")) else {}),
         "baseline_score": s.baseline.gate if s.baseline else None,
         "current_score": s.current_score,
         "best_score": s.best_score,
