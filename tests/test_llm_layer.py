@@ -334,6 +334,9 @@ def test_the_plan_counts_steps_and_calls_from_the_schedule():
     assert plan.calls["optimizer"] > 9 and plan.cost_usd > 0 and not plan.unpriced
     unknown = plan_run(SkillConfig(backend="openai", target={"model": "x"}, optimizer={"model": "x"}), splits, "")
     assert unknown.unpriced == ["x"] and "cost unknown (no price for x)" in unknown.describe()
+    assert "max_calls" not in plan.describe()
+    budget = plan_run(SkillConfig(num_epochs=3, batch_size=40, max_calls=500), splits, "# skill\n")
+    assert budget.describe().endswith("; max_calls 500 ends the steps sooner if reached")
 
 
 def test_a_target_reply_cut_at_max_tokens_is_scored_and_its_failure_says_so(tmp_path):

@@ -33,12 +33,14 @@ class RunPlan:
     calls: dict[str, int]  # role -> calls, at most
     cost_usd: float  # rough, at list prices; 0 when no price is known
     unpriced: list[str]
+    max_calls: int | None = None  # the config's budget for the steps, which may end them sooner
 
     def describe(self) -> str:
         calls = ", ".join(f"{n:,} {role}" for role, n in self.calls.items())
         cost = f"about ${self.cost_usd:,.2f} at list prices" if not self.unpriced else (
             f"cost unknown (no price for {', '.join(self.unpriced)})")
-        return f"plan: {self.steps:,} steps, at most {calls} LLM calls, {cost}"
+        budget = f"; max_calls {self.max_calls:,} ends the steps sooner if reached" if self.max_calls else ""
+        return f"plan: {self.steps:,} steps, at most {calls} LLM calls, {cost}{budget}"
 
 
 def _tokens(text_chars: float) -> int:
@@ -101,7 +103,7 @@ def plan_run(config: SkillConfig, splits: dict[str, list[dict[str, Any]]], skill
         cost += cost_usd(calls["judge"] * judge_prompt,
                          calls["judge"] * min(2 * TARGET_REPLY_TOKENS, config.judge.max_tokens), prices["judge"])
     unpriced = sorted({models[r] for r, p in prices.items() if p is None})
-    return RunPlan(steps, calls, round(cost, 4), unpriced)
+    return RunPlan(steps, calls, round(cost, 4), unpriced, config.max_calls)
 
 
 def plan_of(store: Store, run_id: str) -> RunPlan:
