@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import threading
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,9 @@ REPORT_DIR = "/tmp/.skillstate-check"  # where the report's folder is inside the
 REPORT_NAME = "report"
 MAX_REPORT_BYTES = 8 * 1024 * 1024
 KINDS = ("exit", "junit", "json")
+# CPython 3.11's parser keeps its recursion depth in interpreter-wide state, so two threads parsing at once
+# can fail with "SystemError: AST constructor recursion depth mismatch"; rollouts check in parallel threads.
+_PARSE = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,8 @@ def expected_tests(check_files: dict[str, str]) -> set[str]:
         if not name.endswith(".py") or not (name.startswith("test_") or name.endswith("_test.py")):
             continue
         try:
-            tree = ast.parse(text)
+            with _PARSE:
+                tree = ast.parse(text)
         except (SyntaxError, ValueError):
             continue
         stem = name[:-3]
