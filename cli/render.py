@@ -179,13 +179,15 @@ def cost_lines(cost: dict[str, Any], width: int | None = None) -> list[str]:
     width = output_width() if width is None else width
     roles = ("optimizer", "target", *sorted(set(cost["paid_by_role"]) - {"optimizer", "target"}))
     rows = []
+    calls = cost["calls_by_stage"]
     for stage, by_role in cost["by_stage"].items():
         vals = [by_role.get(r, 0.0) for r in roles]
-        rows.append([stage, *map(_usd, vals), _usd(sum(vals))])
-    for label, key in (("all stages", "by_role"), ("paid (sent)", "paid_by_role")):
+        rows.append([stage, f"{calls.get(stage, 0):,}", *map(_usd, vals), _usd(sum(vals))])
+    for label, key, count in (("all stages", "by_role", "calls"), ("paid (sent)", "paid_by_role", "paid_calls")):
         vals = [cost[key].get(r, 0.0) for r in roles]
-        rows.append([label, *map(_usd, vals), _usd(sum(vals))])
-    lines = table_lines([Col("cost (USD)", shrink=True), *(Col(h, num=True) for h in (*roles, "total"))], rows, width)
+        rows.append([label, f"{cost[count]:,}", *map(_usd, vals), _usd(sum(vals))])
+    lines = table_lines([Col("cost (USD)", shrink=True), *(Col(h, num=True) for h in ("calls", *roles, "total"))],
+                        rows, width)
     models = ", ".join(f"{r} {m}" for r, m in cost["models"].items())
     lines.extend(wrapped(f"at list prices per 1M tokens ({models}); the stage rows include calls served from "
                          "the log", width))

@@ -131,6 +131,26 @@ def test_cost_summary_of_a_sim_run(trained):
     assert "cost (USD)" in call("show", "t", "--db", db).output
 
 
+def test_the_cost_table_counts_each_stages_calls(trained):
+    """What a budget of calls (max_calls) counts, by stage: the calls of the stages add up to the run's, as
+    the usage table counts them, and the table prints them beside the stages' cost."""
+    db, _, s = trained
+    cost = s["cost"]
+    assert set(cost["calls_by_stage"]) == set(cost["by_stage"])
+    assert sum(cost["calls_by_stage"].values()) == cost["calls"] == sum(u["calls"] for u in s["usage"].values())
+    assert cost["calls_by_stage"]["rollout"] > 0 and cost["calls_by_stage"]["test"] > 0
+    store = Store(db)
+    try:  # sent: the rows of the call journal, whatever the events used
+        assert cost["paid_calls"] == sum(row[2] for row in store.paid_by_model("t")) > 0
+    finally:
+        store.close()
+    lines = call("show", "t", "--db", db).output.splitlines()
+    header = next(line for line in lines if line.startswith("cost (USD)"))
+    assert header.split()[2] == "calls"
+    total = next(line for line in lines if line.startswith("all stages"))
+    assert total.split()[2] == f"{cost['calls']:,}"
+
+
 def test_price_for():
     assert price_for("gpt-4o") == price_for("gpt-4o-2024-08-06") == (2.50, 10.00)
     assert price_for("gpt-4o-mini") == price_for("gpt-4o-mini-2024-07-18") == (0.15, 0.60)

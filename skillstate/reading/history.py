@@ -265,7 +265,9 @@ def cost_summary(sent_rows: list[tuple[str, str, int, int, int]], config: dict[s
                  roles: tuple[str, ...] = ("target", "optimizer")) -> dict[str, Any]:
     """USD cost per role and per stage of the run's own events at list prices,
     and what the requests it actually sent (`Store.paid_by_model` rows) cost;
-    the rest came from the log."""
+    the rest came from the log. Beside them, the LLM calls of each stage, of
+    all stages and sent (what a budget of calls, `max_calls`, counts is all
+    stages')."""
     from skillstate.pricing import cost_usd, price_for, sent_cost
 
     prices = config.get("prices") or {}
@@ -280,6 +282,8 @@ def cost_summary(sent_rows: list[tuple[str, str, int, int, int]], config: dict[s
     by_role = {role: priced(role, u) for role, u in own.usage.items()}
     paid = {role: round(c, 6) for role, c in sent_cost(sent_rows, prices).items()}
     unpriced += [model for _role, model, *_ in sent_rows if price_for(model, prices) is None and model not in unpriced]
+    calls_by_stage = {stage: sum(u.calls for u in per_role.values()) for stage, per_role in own.usage_by_stage.items()}
     return {"currency": "USD", "models": models, "by_role": by_role, "by_stage": by_stage,
             "total": round(sum(by_role.values()), 6), "paid_by_role": paid, "paid": round(sum(paid.values()), 6),
-            "unpriced_models": sorted(unpriced)}
+            "unpriced_models": sorted(unpriced), "calls_by_stage": calls_by_stage,
+            "calls": sum(u.calls for u in own.usage.values()), "paid_calls": sum(row[2] for row in sent_rows)}
