@@ -2,6 +2,7 @@
 
     pip install -e ".[bench]"
     python bench/true_accuracy.py --program skillstate --world noisy --seeds 1-20 --work-dir DIR [--set K=V ...]
+                                  [--knob K=V ...]   (a sim knob of --world set otherwise: blocking=0.8)
     python bench/true_accuracy.py --compare DIR_A DIR_B    (paired by seed: mean difference, its standard error)
 
 On the sim's noisy mode a test score of 60 items is itself a sample: 70% of
@@ -23,6 +24,7 @@ in the work directory keeps each seed's figures for `--compare`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -31,6 +33,7 @@ from typing import Any
 
 from vs_skillrl import FULL_SIZES, SCHEDULE, WORLDS, parse_override, prepare, run_once
 
+from skillstate.sim.noise import SimNoise
 from skillstate.sim.world import SimWorld
 
 
@@ -52,16 +55,32 @@ def seeds_of(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def world_of(args: argparse.Namespace) -> SimNoise:
+    """The world's sim knobs, with those --knob sets (a world no default was chosen on)."""
+    names = [f.name for f in dataclasses.fields(SimNoise)]
+    changes: dict[str, Any] = {}
+    for key, value in (parse_override(o) for o in args.knob):
+        if key not in names:
+            sys.exit(f"--knob: unknown sim knob {key!r} (one of {', '.join(names)})")
+        try:
+            changes[key] = int(value) if key == "length_free_chars" else float(value)
+        except (TypeError, ValueError):
+            sys.exit(f"--knob: {key} wants a number, got {value!r}")
+    return dataclasses.replace(WORLDS[args.world], **changes)
+
+
 def sweep(args: argparse.Namespace) -> None:
+    noise = world_of(args)  # (bad knobs end here, before anything is written)
     work = Path(args.work_dir)
     data, skill, items = prepare(work, FULL_SIZES)
-    judge = SimWorld(items, WORLDS[args.world])
+    judge = SimWorld(items, noise)
     test = [i for i in items if i["id"].startswith("test-")]
     out = []
     for seed in seeds_of(args.seeds):
         spec = {"data": str(data), "skill": str(skill), "seed": seed, "schedule": {**SCHEDULE, "epochs": args.epochs},
                 "skillstate_config": dict(parse_override(o) for o in args.overrides)}
-        result = run_once(args.program, 0.0, items, spec, work / f"{args.world}-{seed}-{args.program}", args.world)
+        result = run_once(args.program, 0.0, items, spec, work / f"{args.world}-{seed}-{args.program}", args.world,
+                          noise)
         row = {"seed": seed, "test": result["test_best"], "calls": sum(result["calls"].values()),
                "unused": result.get("unused", 0),
                "expected": expected_accuracy(judge, result.get("best_skill", ""), test)}
@@ -72,7 +91,8 @@ def sweep(args: argparse.Namespace) -> None:
     (work / "results.json").write_text(json.dumps(out), encoding="utf-8")
     exp = [r["expected"] for r in out]
     sd = statistics.stdev(exp) if len(exp) > 1 else 0.0
-    print(f"{args.program}, world {args.world}{''.join(', ' + o for o in args.overrides)}, {len(out)} seeds: "
+    print(f"{args.program}, world {args.world}{''.join(', ' + o for o in args.knob + args.overrides)}, "
+          f"{len(out)} seeds: "
           f"expected test accuracy {statistics.mean(exp):.3f} (sd {sd:.3f}, min {min(exp):.3f}); test "
           f"{statistics.mean(r['test'] for r in out):.3f}; calls {statistics.mean(r['calls'] for r in out):.0f} "
           f"({statistics.mean(r['unused'] for r in out):.0f} unused)")
@@ -103,6 +123,8 @@ def main() -> None:
     parser.add_argument("--work-dir", default=None, help="where the runs and results.json go (required to sweep)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a skillstate config key for its runs (repeatable)")
+    parser.add_argument("--knob", action="append", default=[], metavar="KNOB=VALUE",
+                        help="a sim knob of the world set otherwise (repeatable; skillstate.sim.noise.SimNoise)")
     parser.add_argument("--compare", nargs=2, metavar=("DIR_A", "DIR_B"), help="two sweeps' work directories")
     args = parser.parse_args()
     if args.compare:

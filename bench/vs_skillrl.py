@@ -78,9 +78,11 @@ def prepare(work: Path, sizes: dict[str, int]) -> tuple[Path, Path, list[dict[st
 
 
 def run_once(program: str, latency: float, items: list[dict[str, Any]], spec: dict[str, Any],
-             work: Path, world: str = "clean") -> dict[str, Any]:
+             work: Path, world: str = "clean", noise: SimNoise | None = None) -> dict[str, Any]:
+    """One program's run against a fresh server of the world `world` (or of `noise`, a world's knobs set
+    otherwise, when given)."""
     work.mkdir(parents=True)
-    with SimServer(SimWorld(items, WORLDS[world]), latency=latency) as server:
+    with SimServer(SimWorld(items, noise or WORLDS[world]), latency=latency) as server:
         spec_file = work / "spec.json"
         spec_file.write_text(json.dumps({**spec, "base_url": server.base_url, "work": str(work)}), encoding="utf-8")
         start = time.perf_counter()
