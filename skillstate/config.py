@@ -162,6 +162,12 @@ class SkillConfig(Section):
                           "line or a clause) could still lift half the items, so the clause chosen over its line "
                           "is the one every ablation rolled out on every item would give (runs logged before it "
                           "existed read false: each ablation stopped on its own).")
+    blocker_screened: bool = Field(
+        True, description="blocker_search: when no type the kept edits were aimed at is left failing, take an "
+                          "edit the screen left out, aimed at a type the candidate leaves failing, and search the "
+                          "lines of the current skill with that edit alone (a rule that wins nothing while another "
+                          "line overrides its type is screened out, so the search would never see it; runs logged "
+                          "before it existed read false).")
     edit_screen: Literal["off", "minibatch"] = Field(
         "minibatch", description="minibatch: before selection, apply each merged edit alone to the current skill and "
                                  "roll it out on a few failures its analysts were shown, of the types their summary "

@@ -98,6 +98,30 @@ def test_a_stuck_type_was_aimed_at_and_still_fails_on_most_of_its_scored_items(a
     assert fails == sorted(fails, reverse=True)
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.lists(st.sampled_from(TYPES), max_size=2, unique=True),
+                          st.sampled_from([-1.0, 0.0, 0.5, 1.0, 2.0]), st.booleans()),
+                max_size=8, unique_by=lambda t: t[0]),
+       st.lists(st.tuples(st.sampled_from(TYPES), st.sampled_from([0.0, 0.5, 1.0])), max_size=20),
+       st.lists(st.integers(0, 7), max_size=3))
+def test_the_edit_put_back_was_screened_out_and_aimed_at_the_type_left_failing_most(tried, outcomes, kept):
+    """blocker_screened: an edit the screen failed and the selection did not keep, aimed at the first type
+    `stuck_types` gives among those such edits aimed at, with the largest gain for it (then the first)."""
+    found = rules.screened_out(tried, outcomes, kept)
+    out = [t for t in tried if not t[3] and t[0] not in kept]
+    stuck = rules.stuck_types([x for t in out for x in t[1]], outcomes)
+    if not stuck:
+        assert found is None
+        return
+    assert found is not None
+    index, task_type = found
+    assert task_type == stuck[0]
+    aimed = [t for t in out if task_type in t[1]]
+    pick = next(t for t in aimed if t[0] == index)
+    assert all(t[2] <= pick[2] for t in aimed)
+    assert all(t[0] >= index for t in aimed if t[2] == pick[2])
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.permutations(LINES), st.lists(st.floats(-1, 1), min_size=len(LINES), max_size=len(LINES)),
        st.integers(0, 3), st.integers(1, 10))

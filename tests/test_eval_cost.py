@@ -240,7 +240,7 @@ def test_fork_accepts_a_budget(trained, tmp_path):
 def test_run_started_v1_is_upcast_without_the_step_buffer(trained):
     db, _, _ = trained
     kind, v3 = _events(db, "t")[0]
-    assert kind == "RunStarted" and RunStarted.version == 15 and v3["config"]["use_step_buffer"] is True
+    assert kind == "RunStarted" and RunStarted.version == 16 and v3["config"]["use_step_buffer"] is True
     v1 = json.loads(json.dumps(v3))
     del v1["config"]["use_step_buffer"]
     up = decode("RunStarted", 1, v1)

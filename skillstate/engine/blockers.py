@@ -20,7 +20,7 @@ from skillstate.engine.context import RunContext
 from skillstate.engine.line_ablation import ablate, mean
 from skillstate.engine.scoring import early_prefix
 from skillstate.engine.update import patch_with
-from skillstate.log.events import CandidateBuilt, Event, ItemResult
+from skillstate.log.events import CandidateBuilt, Edit, Event, ItemResult
 from skillstate.log.events_blocker import BlockerSearched
 from skillstate.log.reducer import RunState, need, step_progress
 from skillstate.skillopt import blockers as rules
@@ -67,6 +67,21 @@ def aimed(state: RunState) -> list[str]:
     return rules.aimed_types(patches_of(state), kept_edits(state))
 
 
+def screened_back(state: RunState, outcomes: list[tuple[str, float]]) -> tuple[int, Edit, str] | None:
+    """`blocker_screened`: the edit the screen left out to put back (its merged index, the edit) and the type
+    to search, or None."""
+    p = step_progress(state)
+    if p.screened is None:
+        return None
+    kept = need(p.selected, "EditsSelected").selected_indices
+    tried = [(t.index, t.aimed_types, t.gain, t.passed) for t in p.screened.tried]
+    found = rules.screened_out(tried, outcomes, kept)
+    if found is None:
+        return None
+    index, task_type = found
+    return index, next(t.edit for t in p.screened.tried if t.index == index), task_type
+
+
 def search(ctx: RunContext, state: RunState) -> list[Event]:
     p = step_progress(state)
     cfg = ctx.config
@@ -75,7 +90,7 @@ def search(ctx: RunContext, state: RunState) -> list[Event]:
     targets = aimed(state)
     common: dict[str, Any] = dict(step=p.step, split=split, candidate_skill=candidate.skill, aimed_types=targets)
     current_skill = need(state.current_skill, "the current skill")
-    if not targets:
+    if not targets and not cfg.blocker_screened:
         return [BlockerSearched(**common, reason="no kept edit came from a failure analyst: no type to search")]
     cand = (_results(ctx, evaluation.results) if evaluation.results
             else gating.recorded_results(ctx, state, split, candidate.skill))
@@ -88,6 +103,14 @@ def search(ctx: RunContext, state: RunState) -> list[Event]:
     scored = [(i["id"], cand[i["id"]].task_type or "untyped", value(cand[i["id"]])) for i in ctx.env.items(split)
               if i["id"] in prefix]
     stuck = rules.stuck_types(targets, [(t, v) for _, t, v in scored])
+    back = screened_back(state, [(t, v) for _, t, v in scored]) if not stuck and cfg.blocker_screened else None
+    if back is not None:
+        stuck = [back[2]]
+        common.update(screened_index=back[0], screened_edit=back[1])
+    elif not targets:
+        return [BlockerSearched(**common, reason="no kept edit came from a failure analyst, and no edit the "
+                                                 "screen left out was aimed at a type left failing: no type to "
+                                                 "search")]
     if not stuck:
         return [BlockerSearched(**common, reason=f"the candidate left none of {', '.join(targets)} failing")]
     task_type = stuck[0]
@@ -101,6 +124,8 @@ def search(ctx: RunContext, state: RunState) -> list[Event]:
     if not lines:
         return [BlockerSearched(**common, reason="the candidate keeps no line of the current skill to remove")]
     edits = repair_rules.applied_after(need(p.selected, "EditsSelected").edits, p.repair)
+    if back is not None:  # the current skill with the edit put back alone: the kept edits lost at the gate
+        edits = [back[1]]
     base = ctx.skill(p.base_skill)
     done = ablate(ctx, state, task_type, lines, ids, cand_values,
                   lambda removals: patch_with(cfg, base, [*edits, *removals])[0], group_first=True)
@@ -119,9 +144,10 @@ def search(ctx: RunContext, state: RunState) -> list[Event]:
     text, report, restored = patch_with(cfg, base, [*edits, top.edit])
     skill = ctx.put_skill(text)
     what = "line" if top.part is None else f"clause {top.part} of the line"
+    put_back = "" if back is None else f", with edit {back[0]} the screen left out alone,"
     event = BlockerSearched(**common, ablations=ablations, found=chosen, skill=skill,
-                            reason=f"without the {what} {top.line[:60]!r} the {len(ids)} failed items of "
-                                   f"{task_type} gained {top.lifted:+g}")
+                            reason=f"without the {what} {top.line[:60]!r}{put_back} the {len(ids)} failed items "
+                                   f"of {task_type} gained {top.lifted:+g}")
     return [event, CandidateBuilt(step=p.step, base_skill=p.base_skill, skill=skill, changed=skill != p.base_skill,
                                   block_restored=restored, report=report, method="patch")]
 
@@ -131,4 +157,5 @@ def gate_note(state: RunState) -> str:
     b = step_progress(state).blocker
     if b is None or b.found is None:
         return ""
-    return rules.note(b.ablations[b.found].line, b.task_type, b.ablations[b.found].lifted)
+    note = rules.note(b.ablations[b.found].line, b.task_type, b.ablations[b.found].lifted)
+    return note if b.screened_index is None else f"{note}, with edit {b.screened_index} the screen left out alone"

@@ -197,6 +197,14 @@ def _v14_screen_and_ablation(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "config": config}
 
 
+def _v15_screened(payload: dict[str, Any]) -> dict[str, Any]:
+    """Runs written before RunStarted v16 (RunForked v14) searched only the types the kept edits aimed at: a
+    config without the key meant `blocker_screened: false`."""
+    config = dict(payload.get("config", {}))
+    config.setdefault("blocker_screened", False)
+    return {**payload, "config": config}
+
+
 def _v1_gate(payload: dict[str, Any]) -> dict[str, Any]:
     """GateDecided v2 adds the robust rules' verdicts; a v1 decision was the strict rule's alone."""
     return payload
@@ -229,6 +237,8 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("RunForked", 11): _v13_screen,
     ("RunStarted", 14): _v14_screen_and_ablation,
     ("RunForked", 12): _v14_screen_and_ablation,
+    ("RunStarted", 15): _v15_screened,
+    ("RunForked", 13): _v15_screened,
     ("GateDecided", 1): _v1_gate,
 }
 

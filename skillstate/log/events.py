@@ -51,7 +51,7 @@ class Event(Frozen):
 
 class RunStarted(Event):
     type: ClassVar[str] = "RunStarted"
-    version: ClassVar[int] = 15
+    version: ClassVar[int] = 16
     config: dict[str, Any]
     initial_skill: str
     dataset: dict[str, dict[str, Any]]  # split -> {hash, count}
@@ -90,7 +90,7 @@ class RunStarted(Event):
 
 class RunForked(Event):
     type: ClassVar[str] = "RunForked"
-    version: ClassVar[int] = 13
+    version: ClassVar[int] = 14
     parent_run_id: str
     fork_step: int
     parent_event_count: int  # events of the parent's lineage inherited

@@ -49,6 +49,11 @@ class BlockerSearched(Event):
     split: str
     candidate_skill: str  # the candidate searched (after the repair, if any)
     aimed_types: list[str]  # the types the step's kept edits were aimed at
+    # blocker_screened: the edit the screen left out (its index into the merged edits, and the edit) that the
+    # search put back, aimed at `task_type`: every ablation, and the candidate it builds, is the current skill
+    # with that edit alone (the step's kept edits left out)
+    screened_index: int | None = None
+    screened_edit: Edit | None = None
     stuck_types: list[str] = []  # ... of those, the ones the candidate left failing on its scored items
     task_type: str | None = None
     item_ids: list[str] = []  # the stuck items: the type's scored items the candidate failed, in split order

@@ -83,6 +83,21 @@ def stuck_types(aimed: Sequence[str], outcomes: Sequence[tuple[str, float]], min
     return [t for _, t in sorted(found)]
 
 
+def screened_out(tried: Sequence[tuple[int, Sequence[str], float, bool]], outcomes: Sequence[tuple[str, float]],
+                 kept: Sequence[int]) -> tuple[int, str] | None:
+    """The edit the screen left out to put back for the search (`blocker_screened`), and the type to search:
+    of the screen's tries (merged index, aimed types, gain, passed) that did not pass and are not among the
+    `kept` merged indices, those aimed at a type the candidate leaves failing (`stuck_types` on `outcomes`).
+    The type with the most failed items first (then by name), and for it the edit with the largest gain
+    (then the first merged)."""
+    out = [(index, types, gain) for index, types, gain, passed in tried if not passed and index not in set(kept)]
+    stuck = stuck_types([t for _, types, _ in out for t in types], outcomes)
+    if not stuck:
+        return None
+    aimed = [(round(-gain, 9), index) for index, types, gain in out if stuck[0] in types]
+    return min(aimed)[1], stuck[0]
+
+
 def low_types(by_type: Mapping[str, float], outcomes: Sequence[tuple[str, float]], min_failed: int = 2) -> list[str]:
     """The task types a skill leaves low (the prune's test, `prune_blockers`): a gate score of at most STUCK
     (`by_type`) with at least `min_failed` items below 1 (`outcomes`: (task type, value) of each scored item);

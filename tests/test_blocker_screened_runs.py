@@ -1,0 +1,98 @@
+"""`blocker_screened` in real runs on the sim's blocking mode: when a step's candidate loses at the gate and
+none of its kept edits' types is left failing, the blocker search takes an edit the screen left out, aimed
+at a type the candidate leaves failing, and ablates the current skill's lines with that edit alone. The run
+is the same as without the key up to that search; replay --verify, audit and a fork that turns it off stay
+exact; logs written before the key read it off."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import DEFAULT_LOOP, small_config
+from run_helpers import call
+
+from skillstate.engine.runner import lineage_events
+from skillstate.log.event_codec import decode, encode
+from skillstate.reading.audit import audit, verify
+from skillstate.skillopt.tree_edits import md_of
+from skillstate.trainer import Trainer
+
+SEED = 14  # (2 epochs of the sim's blocking mode: at step 5 the search puts an edit back and finds a clause)
+
+
+def _train(path, run_id: str, **kw):
+    cfg = small_config(**DEFAULT_LOOP, seed=SEED, sim={"noise": "blocking"}, **kw)
+    return Trainer(cfg, db=f"sqlite:///{path / f'{run_id}.db'}", run_id=run_id).train()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    path = tmp_path_factory.mktemp("screened")
+    return _train(path, "on"), _train(path, "off", blocker_screened=False), path
+
+
+def _events(result, run_id: str) -> list:
+    return [s.event for s in lineage_events(result.store, run_id)]
+
+
+def _put_back(events: list) -> list:
+    return [e for e in events if e.type == "BlockerSearched" and e.screened_index is not None]
+
+
+def test_the_search_takes_an_edit_the_screen_left_out_and_ablates_with_it_alone(runs):
+    on, _, _ = runs
+    events = _events(on, "on")
+    searches = _put_back(events)
+    assert searches and any(s.found is not None for s in searches)
+    for search in searches:
+        step = [e for e in events if getattr(e, "step", None) == search.step]
+        screened = next(e for e in step if e.type == "EditsScreened")
+        selected = next(e for e in step if e.type == "EditsSelected")
+        tried = next(t for t in screened.tried if t.index == search.screened_index)
+        assert not tried.passed and tried.index not in selected.selected_indices
+        assert tried.edit == search.screened_edit and search.task_type in tried.aimed_types
+        assert search.task_type not in search.aimed_types  # no kept edit aimed at it
+        current = md_of(on.store.get_blob(next(e for e in step if e.type == "RolloutCompleted").skill))
+        new_content = [e.content for e in selected.edits if e.content and e.content not in current]
+        for ablation in search.ablations:  # the current skill with the edit put back, the kept edits left out
+            text = md_of(on.store.get_blob(ablation.skill))
+            assert search.screened_edit.content in text
+            assert not any(c in text for c in new_content if c not in search.screened_edit.content)
+        if search.found is not None:
+            at = step.index(search)
+            built, gate = step[at + 1], step[-1]
+            assert built.type == "CandidateBuilt" and built.skill == search.skill
+            assert gate.type == "GateDecided" and f"with edit {search.screened_index} the screen left out alone" \
+                in gate.reason
+    assert verify(on.store, "on").ok and audit(on.store, "on").ok
+
+
+def test_without_the_key_the_run_is_the_same_up_to_the_search_that_puts_an_edit_back(runs):
+    on, off, _ = runs
+    first = _put_back(_events(on, "on"))[0]
+    before = lambda events: [(e.type, encode(e)) for e in events[:events.index(next(  # noqa: E731
+        x for x in events if x.type == "BlockerSearched" and x.step == first.step))]]
+    on_events, off_events = _events(on, "on"), _events(off, "off")
+    assert before(on_events)[1:] == before(off_events)[1:]  # (the first event holds the config)
+    assert not _put_back(off_events)
+    assert verify(off.store, "off").ok
+
+
+def test_a_fork_that_turns_it_off_before_the_search_verifies(runs):
+    on, _, path = runs
+    step = _put_back(_events(on, "on"))[0].step
+    db = f"sqlite:///{path / 'on.db'}"
+    call("fork", "on", f"step_{step - 1}", "--set", "blocker_screened=false", "--run-id", "forked", "-q", "--db", db)
+    forked = [s.event for s in lineage_events(on.store, "forked")]
+    assert not _put_back([e for e in forked if getattr(e, "step", 0) >= step])
+    report = verify(on.store, "forked")
+    assert report.ok and report.checked == report.total
+
+
+def test_logs_written_before_the_key_read_it_off():
+    started = {"config": {"num_epochs": 1}, "initial_skill": "h", "dataset": {}, "dataset_fingerprint": "f",
+               "prompts": {}, "steps_per_epoch": 1, "total_steps": 1, "package_version": "0"}
+    assert decode("RunStarted", 15, started).config["blocker_screened"] is False
+    assert "blocker_screened" not in decode("RunStarted", 16, started).config  # a new run's defaults apply
+    forked = {"parent_run_id": "p", "fork_step": 1, "parent_event_count": 3, "parent_event_hash": "h",
+              "overrides": {}, "config": {"num_epochs": 1}, "prompts": {}, "steps_per_epoch": 1, "total_steps": 1}
+    assert decode("RunForked", 13, forked).config["blocker_screened"] is False
