@@ -6,6 +6,8 @@ exact; logs written before the key read it off."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import DEFAULT_LOOP, small_config
 from run_helpers import call
@@ -16,7 +18,8 @@ from skillstate.reading.audit import audit, verify
 from skillstate.skillopt.tree_edits import md_of
 from skillstate.trainer import Trainer
 
-SEED = 14  # (2 epochs of the sim's blocking mode: at step 5 the search puts an edit back and finds a clause)
+SEED = 22  # (2 epochs of the sim's blocking mode: at step 5 the search puts an edit back, finds a clause, and the
+#            gate takes the candidate as new best)
 
 
 def _train(path, run_id: str, **kw):
@@ -64,6 +67,20 @@ def test_the_search_takes_an_edit_the_screen_left_out_and_ablates_with_it_alone(
             assert gate.type == "GateDecided" and f"with edit {search.screened_index} the screen left out alone" \
                 in gate.reason
     assert verify(on.store, "on").ok and audit(on.store, "on").ok
+
+
+def test_why_names_the_edit_put_back_as_the_one_the_step_applied(runs):
+    on, _, path = runs
+    search = next(s for s in _put_back(_events(on, "on")) if s.found is not None)
+    gate = next(e for e in _events(on, "on") if e.type == "GateDecided" and e.step == search.step)
+    assert gate.decision in ("accept", "accept_best")
+    added = search.screened_edit.content.split(". ")[-1]  # the words the edit adds (a rule, or a paraphrase)
+    assert added in on.best_skill
+    why = json.loads(call("why", "on", added, "--json", "--db", f"sqlite:///{path / 'on.db'}"))
+    assert why["changes"][0]["step"] == search.step and why["changes"][0]["change"] == "added"
+    kept = why["origin"]["kept_edits"]
+    assert [(k["op"], k["content"], k["status"]) for k in kept] == [
+        (search.screened_edit.op, search.screened_edit.content, "applied")]
 
 
 def test_without_the_key_the_run_is_the_same_up_to_the_search_that_puts_an_edit_back(runs):

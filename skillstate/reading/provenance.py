@@ -170,9 +170,13 @@ def _origin(store: Store, events: list, text: str) -> dict[str, Any]:
     rollout: RolloutCompleted = by_type["RolloutCompleted"]
     results = {r.item_id: r for r in rollout.results}
     repaired = by_type.get("EditsAblated")
-    # the report is the built candidate's: after a repair, of the edits it kept (some without a clause)
-    kept = [(k, e) for k, e in enumerate(repair_rules.applied_after(selected.edits, repaired))
-            if _touches(e, text)] if selected else []
+    searched = by_type.get("BlockerSearched")
+    # the report is the built candidate's: after a repair, of the edits it kept (some without a clause); after
+    # a search that put back an edit the screen left out (blocker_screened), of that edit alone
+    applied = ([searched.screened_edit] if searched is not None and searched.found is not None
+               and searched.screened_edit is not None
+               else repair_rules.applied_after(selected.edits, repaired) if selected else [])
+    kept = [(k, e) for k, e in enumerate(applied) if _touches(e, text)]
     patches: list[PatchProposed] = [ev for ev in events if ev.type == "PatchProposed"]
     proposals = []
     for patch in patches:
