@@ -12,8 +12,11 @@ import pytest
 from conftest import DEFAULT_LOOP, small_config
 from run_helpers import call
 
+from skillstate.engine.review import review_edits
 from skillstate.engine.runner import lineage_events
+from skillstate.engine.update import patch_with
 from skillstate.log.event_codec import decode, encode
+from skillstate.log.reducer import RunState, reduce
 from skillstate.reading.audit import audit, verify
 from skillstate.skillopt.tree_edits import md_of
 from skillstate.trainer import Trainer
@@ -22,9 +25,12 @@ SEED = 22  # (2 epochs of the sim's blocking mode: at step 5 the search puts an 
 #            gate takes the candidate as new best)
 
 
+def _config(**kw):
+    return small_config(**DEFAULT_LOOP, seed=SEED, sim={"noise": "blocking"}, **kw)
+
+
 def _train(path, run_id: str, **kw):
-    cfg = small_config(**DEFAULT_LOOP, seed=SEED, sim={"noise": "blocking"}, **kw)
-    return Trainer(cfg, db=f"sqlite:///{path / f'{run_id}.db'}", run_id=run_id).train()
+    return Trainer(_config(**kw), db=f"sqlite:///{path / f'{run_id}.db'}", run_id=run_id).train()
 
 
 @pytest.fixture(scope="module")
@@ -83,13 +89,35 @@ def test_why_names_the_edit_put_back_as_the_one_the_step_applied(runs):
         (search.screened_edit.op, search.screened_edit.content, "applied")]
 
 
+def test_a_review_of_that_step_lists_the_edit_put_back_and_the_removal_and_rebuilds_the_candidate(runs):
+    """What a person is shown under `review` (and what dropping nothing rebuilds): the edits the candidate
+    applies, here the edit put back and the line's removal, not the step's selected edits."""
+    on, _, _ = runs
+    state = RunState()
+    for stored in lineage_events(on.store, "on"):
+        if stored.event.type == "GateDecided" and state.progress is not None and state.progress.blocker is not None \
+                and state.progress.blocker.screened_edit is not None and state.progress.blocker.found is not None:
+            break
+        state = reduce(state, stored.event)
+    search, candidate = state.progress.blocker, state.progress.candidate
+    rows = review_edits(_config(), state)
+    assert [(r.origin, r.edit) for r in rows] == [("screened", search.screened_edit),
+                                                  ("blocker", search.ablations[search.found].edit)]
+    assert all(r.index is None and r.status is not None for r in rows)
+    base = on.store.get_blob(state.progress.base_skill)
+    assert on.store.get_blob(candidate.skill) == patch_with(_config(), base, [r.edit for r in rows])[0]
+
+
 def test_without_the_key_the_run_is_the_same_up_to_the_search_that_puts_an_edit_back(runs):
     on, off, _ = runs
     first = _put_back(_events(on, "on"))[0]
-    before = lambda events: [(e.type, encode(e)) for e in events[:events.index(next(  # noqa: E731
-        x for x in events if x.type == "BlockerSearched" and x.step == first.step))]]
+
+    def before(events: list) -> list:  # the events after the first (it holds the config), up to that search
+        end = next(k for k, e in enumerate(events) if e.type == "BlockerSearched" and e.step == first.step)
+        return [(e.type, encode(e)) for e in events[1:end]]
+
     on_events, off_events = _events(on, "on"), _events(off, "off")
-    assert before(on_events)[1:] == before(off_events)[1:]  # (the first event holds the config)
+    assert before(on_events) == before(off_events)
     assert not _put_back(off_events)
     assert verify(off.store, "off").ok
 

@@ -110,21 +110,27 @@ def request(ctx: RunContext, state: RunState, decided: GateDecided, mode: str) -
 
 def review_edits(cfg: SkillConfig, state: RunState) -> list[ReviewEdit]:
     """The edits the step's candidate applies, in order: the selected ones the repair kept (some without a
-    clause), then the blocker search's removal of a line, if it found one; each with how it applied."""
+    clause), then the blocker search's removal of a line, if it found one; or, when that search put back an
+    edit the screen left out (`blocker_screened`), that edit alone and then the removal. Each with how it
+    applied."""
     p = step_progress(state)
     if p.selected is None or p.candidate is None:
         return []
-    repair = p.repair
-    gone = set(repair.dropped) if repair is not None else set()
-    trimmed = ({a.index: a.kept_as for a in repair.ablations
-                if a.harmful and a.kept_as is not None and a.index in repair.trimmed} if repair is not None else {})
-    rows: list[tuple[int | None, Any, str]] = [
-        (i, trimmed.get(i, e), "trimmed" if i in trimmed else "selected")
-        for i, e in enumerate(p.selected.edits) if i not in gone]
-    blocker = getattr(p, "blocker", None)  # blocker_search: the line it removed is one more edit
-    if blocker is not None and getattr(blocker, "found", None) is not None:
-        rows.append((None, blocker.ablations[blocker.found].edit, "blocker"))
-    report = p.candidate.report
+    blocker, report = p.blocker, p.candidate.report
+    found = blocker.ablations[blocker.found].edit if blocker is not None and blocker.found is not None else None
+    rows: list[tuple[int | None, Any, str]]
+    if found is not None and blocker is not None and blocker.screened_edit is not None:
+        rows = [(None, blocker.screened_edit, "screened")]
+    else:
+        repair = p.repair
+        gone = set(repair.dropped) if repair is not None else set()
+        trimmed = ({a.index: a.kept_as for a in repair.ablations
+                    if a.harmful and a.kept_as is not None and a.index in repair.trimmed} if repair is not None
+                   else {})
+        rows = [(i, trimmed.get(i, e), "trimmed" if i in trimmed else "selected")
+                for i, e in enumerate(p.selected.edits) if i not in gone]
+    if found is not None:  # blocker_search: the line it removed is one more edit
+        rows.append((None, found, "blocker"))
     return [ReviewEdit(edit=e, origin=origin, index=i, status=report[k].status if k < len(report) else None)
             for k, (i, e, origin) in enumerate(rows)]
 

@@ -39,8 +39,10 @@ class ReviewEdit(Frozen):
     """One edit the candidate applies, in the order it applies them."""
 
     edit: Edit
-    origin: str  # selected | trimmed (the repair kept it without a clause) | blocker (the blocker search's removal)
-    index: int | None = None  # into the step's selected edits (EditsSelected.edits); None for the blocker's
+    # selected | trimmed (the repair kept it without a clause) | blocker (the blocker search's removal) |
+    # screened (an edit the screen left out, put back alone by the blocker search: blocker_screened)
+    origin: str
+    index: int | None = None  # into the step's selected edits (EditsSelected.edits); None for the search's
     status: str | None = None  # how it applied (the candidate's apply report): applied, appended, unchanged, ...
 
 
