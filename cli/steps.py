@@ -102,6 +102,8 @@ def step_text(d: dict[str, Any], width: int | None = None) -> str:
         lines.extend(wrapped("candidate " + evaluation_text(d["evaluation"]), width))
     if "repair" in d:
         lines.extend(repair_lines(d["repair"], width))
+    if "blocker" in d:
+        lines.extend(blocker_lines(d["blocker"], width))
     if "review" in d:  # review: what the gate decided, and the person after it
         r = d["review"]
         lines.extend(wrapped(f"review ({r['review']}): the gate's verdict {r['verdict']} ({r['reason']})", width))
@@ -155,6 +157,17 @@ def _verdict(a: dict[str, Any]) -> str:
     if a.get("trimmed"):
         return "clause left out"
     return "dropped" if a["dropped"] else "kept"
+
+
+def blocker_lines(b: dict[str, Any], width: int) -> list[str]:
+    """The blocker search: why it found a line or none, the edit it put back, the candidate it built."""
+    lines = wrapped(f"blocker search: {b['reason']}", width)
+    if b["screened"]:
+        s = b["screened"]
+        lines.extend(wrapped(f"  put back (left out by the screen): {s['op']} {s['content'] or s['target']}", width))
+    if "evaluation" in b:
+        lines.extend(wrapped("  candidate without the line " + evaluation_text(b["evaluation"]), width))
+    return lines
 
 
 def repair_lines(r: dict[str, Any], width: int) -> list[str]:

@@ -108,6 +108,21 @@ def test_a_review_of_that_step_lists_the_edit_put_back_and_the_removal_and_rebui
     assert on.store.get_blob(candidate.skill) == patch_with(_config(), base, [r.edit for r in rows])[0]
 
 
+def test_show_step_keeps_the_first_candidate_apart_from_the_one_the_search_built(runs):
+    on, _, path = runs
+    search = next(s for s in _put_back(_events(on, "on")) if s.found is not None)
+    db = f"sqlite:///{path / 'on.db'}"
+    d = json.loads(call("show", "on", "--step", str(search.step), "--json", "--db", db))
+    assert d["evaluation"]["partial"] is not None  # the step's own candidate, rejected early
+    b = d["blocker"]
+    assert b["screened"]["index"] == search.screened_index and b["screened"]["content"] == search.screened_edit.content
+    assert b["found"]["line"] == search.ablations[search.found].line and b["task_type"] == search.task_type
+    assert b["evaluation"]["partial"] is None and d["skills"]["searched"] == search.skill
+    text = call("show", "on", "--step", str(search.step), "--db", db)
+    assert "blocker search: without the" in text and "put back (left out by the screen)" in text
+    assert "candidate without the line on val" in text
+
+
 def test_without_the_key_the_run_is_the_same_up_to_the_search_that_puts_an_edit_back(runs):
     on, off, _ = runs
     first = _put_back(_events(on, "on"))[0]

@@ -185,7 +185,8 @@ def step_page(cache: RunCache, run_id: str, step: int) -> dict[str, Any]:
     if loaded.state.config.get("mode") == "bank":
         bank = bank_step_diff(cache, detail)
     elif skills:
-        gated = skills.get("repaired", skills["candidate"])  # repair: ablate gates the repaired candidate
+        # the candidate the gate took: the blocker search's, else the repaired one (repair: ablate), else the step's
+        gated = skills.get("searched") or skills.get("repaired") or skills["candidate"]
         diff = skill_diff(skill_text(cache.store, skills["base"]), skill_text(cache.store, gated),
                           stored_files(cache.store, skills["base"]), stored_files(cache.store, gated))
     steps = [r.step for r in loaded.state.history]

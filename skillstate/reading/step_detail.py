@@ -21,6 +21,7 @@ from skillstate.log.events import (
     StepStarted,
 )
 from skillstate.log.events_bank import BankEvolved, BankValidated, SkillsDistilled
+from skillstate.log.events_blocker import BlockerSearched
 from skillstate.log.events_check import CandidateChecked
 from skillstate.log.events_pareto import ParentChosen
 from skillstate.log.events_repair import EditsAblated
@@ -125,6 +126,8 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
                                 "n_by_category": {t: v.n for t, v in ev.scores.by_task_type.items()}}
         elif isinstance(ev, EditsAblated):
             out["repair"] = repair_detail(ev)
+        elif isinstance(ev, BlockerSearched):
+            out["blocker"] = blocker_detail(ev)
         elif isinstance(ev, ParentChosen):  # parent_selection pareto
             out["parent"] = {"skill": ev.skill, "score": ev.score, "switched": ev.skill != ev.previous_skill,
                              "pool": ev.pool, "reason": ev.reason, "front": [m.model_dump() for m in ev.front]}
@@ -140,6 +143,11 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
             out["skills"]["kept"] = ev.skill
         elif isinstance(ev, CandidateEvaluated) and out.get("review", {}).get("decision"):
             out["review"]["evaluation"] = _evaluation(ev)
+        elif isinstance(ev, CandidateBuilt) and "blocker" in out:  # the candidate without the line found
+            out["blocker"]["apply_report"] = [r.model_dump() for r in ev.report]
+            out["skills"]["searched"] = ev.skill
+        elif isinstance(ev, CandidateEvaluated) and "blocker" in out:
+            out["blocker"]["evaluation"] = _evaluation(ev)
         elif isinstance(ev, CandidateBuilt) and "repair" in out:  # the repaired candidate
             out["repair"]["apply_report"] = [r.model_dump() for r in ev.report]
             out["skills"]["repaired"] = ev.skill
@@ -170,6 +178,17 @@ def step_detail(store: Store, loaded: LoadedRun, step: int) -> dict[str, Any]:
 def _evaluation(ev: CandidateEvaluated) -> dict[str, Any]:
     return {"split": ev.split, "hard": ev.scores.hard, "soft": ev.scores.soft, "gate": ev.scores.gate,
             "cached": ev.cached, "partial": ev.partial.model_dump(exclude={"item_ids"}) if ev.partial else None}
+
+
+def blocker_detail(ev: BlockerSearched) -> dict[str, Any]:
+    """The blocker search (blocker_search): the type searched, the line found, and the edit the screen left
+    out that it put back (blocker_screened), if any."""
+    top = ev.ablations[ev.found] if ev.found is not None else None
+    return {"reason": ev.reason, "task_type": ev.task_type, "items": len(ev.item_ids),
+            "ablations": len(ev.ablations), "found": None if top is None else {
+                "line": top.line, "part": top.part, "lifted": top.lifted, **_edit(top.edit)},
+            "screened": None if ev.screened_edit is None else {"index": ev.screened_index,
+                                                                **_edit(ev.screened_edit)}}
 
 
 def repair_detail(ev: EditsAblated) -> dict[str, Any]:
